@@ -1,0 +1,113 @@
+package main
+
+import (
+	"context"
+	"debug/elf"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+
+	"github.com/docker/docker/client"
+
+	"github.com/gymserver/gymserver/envs"
+	"github.com/gymserver/gymserver/envs/baseimage"
+	"github.com/gymserver/gymserver/envs/config"
+	"github.com/gymserver/gymserver/envs/docker"
+	"github.com/gymserver/gymserver/gym"
+)
+
+// newLogger returns a text logger on w at the named level.
+func newLogger(w io.Writer, level string) (*slog.Logger, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(strings.ToUpper(level))); err != nil {
+		return nil, fmt.Errorf("log level %q: want DEBUG, INFO, WARN or ERROR", level)
+	}
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: l})), nil
+}
+
+// newProvider connects to the Docker Engine and returns the sandbox
+// provider, with this binary as the in-sandbox executor and the
+// registry-free base image builder as the fallback for images that cannot
+// be pulled.
+func newProvider(ctx context.Context, logger *slog.Logger) (*docker.Provider, error) {
+	self, err := os.Executable()
+	if err != nil {
+		return nil, fmt.Errorf("find own executable: %w", err)
+	}
+	if !isStatic(self) {
+		logger.Warn("this binary is dynamically linked; sandboxes need a matching libc. Build with CGO_ENABLED=0 for a static binary", "path", self)
+	}
+	cli, err := client.NewClientWithOpts(client.FromEnv, client.WithAPIVersionNegotiation())
+	if err != nil {
+		return nil, fmt.Errorf("docker client: %w", err)
+	}
+	p, err := docker.New(ctx, docker.Options{
+		ExecutorBinary: self,
+		ExecutorArgs:   []string{executorCommand},
+		Logger:         logger,
+		Client:         cli,
+		BuildBase: func(ctx context.Context, ref string) error {
+			if !baseimage.Known(ref) {
+				return fmt.Errorf("image %s cannot be pulled and is not a built-in base image (%s)", ref, strings.Join(baseimage.Refs(), ", "))
+			}
+			return baseimage.Build(ctx, cli, ref, logWriter{logger})
+		},
+	})
+	if err != nil {
+		cli.Close()
+		return nil, err
+	}
+	return p, nil
+}
+
+// loadRegistry loads the config at path and returns its environments on the
+// Docker provider, and a function that closes the provider (removing every
+// sandbox it still owns).
+func loadRegistry(ctx context.Context, path string, logger *slog.Logger) (*gym.Registry, func(context.Context) error, error) {
+	cfg, err := config.Load(path)
+	if err != nil {
+		return nil, nil, err
+	}
+	for _, w := range cfg.Warnings {
+		logger.Warn(w)
+	}
+	p, err := newProvider(ctx, logger)
+	if err != nil {
+		return nil, nil, err
+	}
+	reg, err := envs.NewRegistry(ctx, cfg, envs.Options{Provider: p, Logger: logger})
+	if err != nil {
+		p.Close(context.WithoutCancel(ctx))
+		return nil, nil, err
+	}
+	return reg, p.Close, nil
+}
+
+// isStatic reports whether the ELF file at path has no dynamic loader.
+func isStatic(path string) bool {
+	f, err := elf.Open(path)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_INTERP {
+			return false
+		}
+	}
+	return true
+}
+
+// logWriter turns lines written to it into log records.
+type logWriter struct{ log *slog.Logger }
+
+func (w logWriter) Write(p []byte) (int, error) {
+	for _, line := range strings.Split(strings.TrimRight(string(p), "\n"), "\n") {
+		if line != "" {
+			w.log.Info(line)
+		}
+	}
+	return len(p), nil
+}

@@ -1,0 +1,27 @@
+#!/bin/bash
+# build-rootfs.sh ROOTFS_DIR TARBALL
+# Builds a minimal Debian bookworm root file system with python3 and pytest,
+# a user "agent" (uid/gid 1000) and /workspace, and packs it into TARBALL.
+# Needs root and debootstrap.
+set -euo pipefail
+rootfs=$1
+tarball=$2
+mirror=${GYMSERVER_DEBIAN_MIRROR:-http://deb.debian.org/debian}
+
+echo "debootstrap bookworm into $rootfs (mirror $mirror)"
+debootstrap --variant=minbase --include=python3,python3-pytest bookworm "$rootfs" "$mirror" >"$rootfs.log" 2>&1 || {
+	tail -n 30 "$rootfs.log" >&2
+	exit 1
+}
+echo "configuring the root file system"
+chroot "$rootfs" /usr/sbin/groupadd --gid 1000 agent
+chroot "$rootfs" /usr/sbin/useradd --uid 1000 --gid 1000 --create-home --home-dir /home/agent --shell /bin/bash agent
+mkdir -p "$rootfs/workspace"
+chown 1000:1000 "$rootfs/workspace"
+# Shrink: package caches, lists, docs and locales are not needed at run time.
+rm -rf "$rootfs"/var/cache/apt/archives/*.deb "$rootfs"/var/lib/apt/lists/* \
+	"$rootfs"/usr/share/doc/* "$rootfs"/usr/share/man/* "$rootfs"/usr/share/info/* \
+	"$rootfs"/usr/share/locale/* "$rootfs"/var/log/* "$rootfs"/tmp/*
+find "$rootfs/usr/lib/python3" -name __pycache__ -type d -prune -exec rm -rf {} +
+echo "packing $tarball"
+tar --numeric-owner -C "$rootfs" -cf "$tarball" .

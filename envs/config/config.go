@@ -1,0 +1,215 @@
+package config
+
+import (
+	"encoding/json"
+	"time"
+)
+
+// Defaults. They live here and nowhere else.
+const (
+	DefaultWorkingDirectory   = "/workspace"
+	DefaultGlobalTimeout      = 1800 * time.Second
+	DefaultCommandTimeout     = 300 * time.Second
+	DefaultTestTimeout        = 120 * time.Second
+	DefaultMaxActions         = 100
+	DefaultMaxOutput          = 32 << 10
+	DefaultMaxParallel        = 4
+	DefaultTrajectoryPath     = "trajectories"
+	DefaultMaxEpisodes        = 1
+	DefaultSafetyLimit        = 100
+	DefaultNetwork            = "none"
+	DefaultRewardMode         = RewardPassRate
+	DefaultSuccessThreshold   = 1.0
+	DefaultMaxRetries         = 0
+	DefaultLLMModel           = "anthropic/claude-sonnet-4"
+	DefaultLLMBaseURL         = "https://openrouter.ai/api/v1"
+	DefaultLLMTemperature     = 0.7
+	DefaultLLMMaxTokens       = 4096
+	DefaultLLMTimeout         = 60 * time.Second
+	DefaultLLMMaxRetries      = 5
+	DefaultPluginTimeout      = 30 * time.Second
+	DefaultTemplatePrompt     = "You are an expert software engineer working in a Docker container environment. You have access to shell commands, can read and write files, and should implement the requested functionality step by step. Call mark_done when you are finished."
+	maxCopyBytes              = 64 << 20
+	defaultSaveTrajectoryEach = 1
+)
+
+// Reward modes.
+const (
+	// RewardPassRate scores passed / total test cases.
+	RewardPassRate = "pass_rate"
+	// RewardBinary scores 1 when every test case passes, else 0.
+	RewardBinary = "binary"
+)
+
+// Config is a whole configuration file: the Real Work seed's format plus
+// gymserver's additive fields. Load returns it with every default applied.
+type Config struct {
+	// Path is the file it was loaded from; Dir is its directory, against
+	// which relative paths were resolved.
+	Path string `json:"-"`
+	Dir  string `json:"-"`
+
+	Environments   []Environment  `json:"environments"`
+	LLM            LLM            `json:"llm_config"`
+	Rollout        Rollout        `json:"rollout_config"`
+	EpisodeControl EpisodeControl `json:"episode_control_config"`
+	Timeouts       Timeouts       `json:"timeout_config"`
+	TemplatePrompt string         `json:"template_prompt"`
+	Plugins        []Plugin       `json:"plugins"`
+
+	// Warnings are problems that do not stop loading: deprecated root
+	// fields and seed fields without effect.
+	Warnings []string `json:"-"`
+}
+
+// Environment is one task environment (`environments[]`).
+type Environment struct {
+	ID                   string            `json:"id"`
+	Description          string            `json:"description,omitempty"`
+	DockerImage          string            `json:"docker_image"`
+	InitCommands         []string          `json:"init_commands"`
+	UnitTests            []string          `json:"unit_tests"`
+	Prompt               string            `json:"prompt"`
+	WorkingDirectory     string            `json:"working_directory"`
+	EnvironmentVariables map[string]string `json:"environment_variables"`
+	CopyFolders          []CopySpec        `json:"copy_folders"`
+	MaxRetries           int               `json:"max_retries"`
+	Timeouts             Timeouts          `json:"timeout_config"`
+
+	// HiddenTests are copied in only for evaluation, after the agent is
+	// done; whatever the agent left at their destinations is removed first.
+	HiddenTests []CopySpec `json:"hidden_tests"`
+	// Reference is a known solution, applied by `validate --solve` and the
+	// oracle policy; nil when the task has none.
+	Reference *Reference `json:"reference_solution,omitempty"`
+	Reward    Reward     `json:"reward"`
+	Resources Resources  `json:"resources"`
+	// Network is "none" (the default) or a Docker network name.
+	Network string `json:"network"`
+	// MaxActions caps the tool calls of an episode (the seed hard-coded 100).
+	MaxActions int `json:"max_actions"`
+	// MaxOutput caps the bytes of one tool result shown to the agent.
+	MaxOutput int `json:"max_output"`
+}
+
+// CopySpec copies a host file or folder (Src, absolute after loading) to
+// Dest, an absolute path inside the sandbox. In the file a copy is either
+// an object {"src", "dest"} or a bare path, which copies the folder into
+// the working directory under its own name.
+type CopySpec struct {
+	Src  string `json:"src"`
+	Dest string `json:"dest"`
+}
+
+// Reference is a task's reference solution: files written, then commands run.
+type Reference struct {
+	Files    []CopySpec `json:"files"`
+	Commands []string   `json:"commands"`
+}
+
+// Reward says how test results become a reward.
+type Reward struct {
+	// Mode is RewardPassRate (default) or RewardBinary.
+	Mode string `json:"mode"`
+	// SuccessThreshold is the reward at which an episode counts as a
+	// success (default 1.0).
+	SuccessThreshold float64 `json:"success_threshold"`
+}
+
+// Resources are the sandbox limits; zero means the sandbox's default.
+type Resources struct {
+	// MemoryBytes is given as bytes or a size string ("1g", "512MiB").
+	MemoryBytes int64   `json:"memory"`
+	CPUs        float64 `json:"cpus"`
+	PIDs        int64   `json:"pids"`
+}
+
+// Timeouts are `timeout_config`: numbers of seconds in the file.
+type Timeouts struct {
+	// Global bounds a whole episode, including its evaluation's start.
+	Global time.Duration `json:"global_timeout"`
+	// Command is the default and the maximum timeout of one command.
+	Command time.Duration `json:"command_timeout"`
+	// Test bounds each unit_tests command.
+	Test time.Duration `json:"test_timeout"`
+}
+
+// LLM is `llm_config`; command-line flags override it.
+type LLM struct {
+	Model              string        `json:"model"`
+	APIKey             string        `json:"api_key,omitempty"`
+	BaseURL            string        `json:"base_url"`
+	Temperature        float64       `json:"temperature"`
+	MaxTokens          int           `json:"max_tokens"`
+	Timeout            time.Duration `json:"timeout"`
+	MaxContextMessages int           `json:"max_context_messages"`
+	MaxOutputLength    int           `json:"max_output_length"`
+	MaxRetries         int           `json:"max_retries"`
+	// Mode is "tools" (native tool calling, the default) or "react" (tool
+	// calls parsed from text, for endpoints without tool calling).
+	Mode string `json:"mode"`
+}
+
+// Rollout is `rollout_config`.
+type Rollout struct {
+	MaxParallelRollouts int `json:"max_parallel_rollouts"`
+	// TrajectoryOutputPath is where per-episode trajectories go; relative
+	// paths are relative to the results file's directory.
+	TrajectoryOutputPath string `json:"trajectory_output_path"`
+	EnablePlugins        bool   `json:"enable_plugins"`
+	// SaveTrajectoryInterval rewrites results.json every that many
+	// finished episodes (trajectories are always written as they finish).
+	SaveTrajectoryInterval int `json:"save_trajectory_interval"`
+	// StatePersistenceEnabled skips episodes whose trajectory already
+	// exists in TrajectoryOutputPath, so an interrupted run resumes.
+	StatePersistenceEnabled bool `json:"state_persistence_enabled"`
+}
+
+// EpisodeControl is `episode_control_config`.
+type EpisodeControl struct {
+	// MaxEpisodes is the number of episodes run per environment.
+	MaxEpisodes int `json:"max_episodes"`
+	// MaxEpisodesPerEnv, when set, caps the episodes of each environment.
+	MaxEpisodesPerEnv *int `json:"max_episodes_per_env"`
+	// StopOnSuccess stops an environment after its first success.
+	StopOnSuccess bool `json:"stop_on_success"`
+	// MinSuccessRate, when set, stops an environment once its success rate
+	// reaches it (after at least two episodes).
+	MinSuccessRate *float64 `json:"min_success_rate"`
+	// SafetyLimit caps the episodes of the whole run.
+	SafetyLimit int `json:"safety_limit"`
+}
+
+// Plugin is one entry of `plugins`: a bare name in the file, or an object.
+type Plugin struct {
+	Name    string `json:"name"`
+	Enabled bool   `json:"enabled"`
+	// Config is the plugin's own settings, checked by the plugin.
+	Config json.RawMessage `json:"config,omitempty"`
+	// Command makes an external plugin: the program gets each hook's
+	// context as JSON on stdin and answers JSON. It runs in the config's
+	// directory.
+	Command []string `json:"command,omitempty"`
+	// Hooks limits an external plugin to these hooks; empty means all.
+	Hooks   []string      `json:"hooks,omitempty"`
+	Timeout time.Duration `json:"timeout"`
+}
+
+// EpisodesFor returns the number of episodes to run for one environment.
+func (c EpisodeControl) EpisodesFor() int {
+	n := c.MaxEpisodes
+	if c.MaxEpisodesPerEnv != nil && *c.MaxEpisodesPerEnv < n {
+		n = *c.MaxEpisodesPerEnv
+	}
+	return n
+}
+
+// Environment returns the environment with the given id.
+func (c *Config) Environment(id string) (Environment, bool) {
+	for _, e := range c.Environments {
+		if e.ID == id {
+			return e, true
+		}
+	}
+	return Environment{}, false
+}

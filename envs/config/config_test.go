@@ -1,0 +1,166 @@
+package config_test
+
+import (
+	"encoding/json"
+	"flag"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/gymserver/gymserver/envs/config"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files")
+
+// golden compares got with testdata/NAME.golden, rewriting it with -update.
+// Absolute paths of the testdata directory read as $TESTDATA.
+func golden(t *testing.T, name, got string) {
+	t.Helper()
+	dir, err := filepath.Abs("testdata")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got = strings.ReplaceAll(got, dir, "$TESTDATA")
+	path := filepath.Join("testdata", name+".golden")
+	if *update {
+		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (run with -update to create it)", err)
+	}
+	if diff := cmp.Diff(string(want), got); diff != "" {
+		t.Errorf("%s mismatch (-want +got):\n%s", path, diff)
+	}
+}
+
+func TestGoodConfigs(t *testing.T) {
+	files, _ := filepath.Glob("testdata/good/*.json")
+	if len(files) == 0 {
+		t.Fatal("no good configs")
+	}
+	for _, f := range files {
+		name := strings.TrimSuffix(filepath.Base(f), ".json")
+		t.Run(name, func(t *testing.T) {
+			cfg, err := config.Load(f)
+			if err != nil {
+				t.Fatalf("load: %v", err)
+			}
+			out, err := json.MarshalIndent(struct {
+				Config   *config.Config
+				Warnings []string
+			}{cfg, cfg.Warnings}, "", "  ")
+			if err != nil {
+				t.Fatal(err)
+			}
+			golden(t, "good/"+name, string(out)+"\n")
+		})
+	}
+}
+
+func TestBadConfigs(t *testing.T) {
+	files, _ := filepath.Glob("testdata/bad/*.json")
+	if len(files) == 0 {
+		t.Fatal("no bad configs")
+	}
+	for _, f := range files {
+		name := strings.TrimSuffix(filepath.Base(f), ".json")
+		t.Run(name, func(t *testing.T) {
+			cfg, err := config.Load(f)
+			if err == nil {
+				t.Fatalf("loaded %+v, want an error", cfg)
+			}
+			golden(t, "bad/"+name, err.Error()+"\n")
+		})
+	}
+}
+
+// TestAllProblemsReported checks that one load names every unknown key,
+// not just the first.
+func TestAllProblemsReported(t *testing.T) {
+	_, err := config.Load("testdata/bad/unknown_keys.json")
+	if err == nil {
+		t.Fatal("no error")
+	}
+	for _, path := range []string{
+		"environments[0].unit_test: unknown key (did you mean \"unit_tests\"?)",
+		"environments[0].timeout_config.global_timout: unknown key",
+		"environments[0].reward.bonus: unknown key",
+		"rollout_config.max_parallel: unknown key",
+		"episode_control_config.extra: unknown key",
+		"llm: unknown key",
+		"plugins[0].options: unknown key",
+	} {
+		if !strings.Contains(err.Error(), path) {
+			t.Errorf("error does not name %q:\n%v", path, err)
+		}
+	}
+}
+
+func TestDefaultsAndInheritance(t *testing.T) {
+	cfg, err := config.Load("testdata/good/seed_full.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := cfg.Environments[0]
+	// The environment's timeout_config overrides the root's field by field.
+	if e.Timeouts.Global.Seconds() != 600 || e.Timeouts.Command.Seconds() != 30 || e.Timeouts.Test.Seconds() != 120 {
+		t.Errorf("timeouts %+v", e.Timeouts)
+	}
+	if e.MaxActions != config.DefaultMaxActions || e.Network != "none" || e.Reward.Mode != config.RewardPassRate {
+		t.Errorf("defaults not applied: %+v", e)
+	}
+	if got := cfg.EpisodeControl.EpisodesFor(); got != 1 {
+		t.Errorf("episodes per env %d", got)
+	}
+}
+
+func TestDeprecatedRootFields(t *testing.T) {
+	cfg, err := config.Load("testdata/good/deprecated_root.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.LLM.Model != "openai/gpt-4o" || cfg.EpisodeControl.MaxEpisodes != 3 || !cfg.EpisodeControl.StopOnSuccess ||
+		cfg.Timeouts.Global.Seconds() != 60 || cfg.Rollout.TrajectoryOutputPath != "out/trajectories" || cfg.Rollout.EnablePlugins {
+		t.Errorf("deprecated fields not honoured: %+v", cfg)
+	}
+	// The section wins over the deprecated root field.
+	if cfg.Rollout.MaxParallelRollouts != 8 {
+		t.Errorf("max_parallel_rollouts %d, want the section's 8", cfg.Rollout.MaxParallelRollouts)
+	}
+	if len(cfg.Warnings) != 7 {
+		t.Errorf("warnings %q, want 7", cfg.Warnings)
+	}
+}
+
+func TestCopySpecFiles(t *testing.T) {
+	cfg, err := config.Load("testdata/good/additive.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := cfg.Environments[0]
+	var got []string
+	for _, c := range append(e.CopyFolders, e.HiddenTests...) {
+		files, err := c.Files()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range files {
+			got = append(got, f.Path+" "+strings.TrimSpace(string(f.Data)))
+		}
+	}
+	want := []string{
+		`/workspace/starter/main.py print("hi")`,
+		`/workspace/extra/main.py print("solved")`,
+		`/workspace/tests/test_x.py def test_x(): pass`,
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("files (-want +got):\n%s", diff)
+	}
+}

@@ -1,0 +1,841 @@
+package config
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+	"time"
+
+	units "github.com/docker/go-units"
+)
+
+// Load reads, strictly decodes and validates the config file at path. It
+// reports every problem at once, each naming its JSON path, joined with
+// errors.Join; it starts nothing and needs no Docker.
+func Load(path string) (*Config, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	cfg, err := Parse(data, filepath.Dir(abs))
+	if err != nil {
+		return nil, fmt.Errorf("config %s: %w", path, err)
+	}
+	cfg.Path = abs
+	return cfg, nil
+}
+
+// Parse decodes and validates a config whose relative paths resolve
+// against dir.
+func Parse(data []byte, dir string) (*Config, error) {
+	d := &decoder{dir: dir}
+	root, ok := d.object("", data)
+	if !ok {
+		return nil, errors.Join(d.errs...)
+	}
+	cfg := &Config{Dir: dir}
+	d.config(root, cfg)
+	if len(d.errs) > 0 {
+		return nil, errors.Join(d.errs...)
+	}
+	cfg.Warnings = d.warnings
+	return cfg, nil
+}
+
+// decoder walks the JSON by hand so that every unknown key and every wrong
+// type is reported with its path, all at once.
+type decoder struct {
+	dir      string
+	errs     []error
+	warnings []string
+	// failed holds the paths that already have an error, so a value of
+	// the wrong type is not also reported as missing.
+	failed map[string]bool
+}
+
+func (d *decoder) fail(path, format string, args ...any) {
+	if path == "" {
+		path = "(root)"
+	}
+	if d.failed == nil {
+		d.failed = map[string]bool{}
+	}
+	d.failed[path] = true
+	d.errs = append(d.errs, fmt.Errorf("%s: %s", path, fmt.Sprintf(format, args...)))
+}
+
+func (d *decoder) warn(format string, args ...any) {
+	d.warnings = append(d.warnings, fmt.Sprintf(format, args...))
+}
+
+func join(path, key string) string {
+	if path == "" {
+		return key
+	}
+	return path + "." + key
+}
+
+func index(path string, i int) string { return fmt.Sprintf("%s[%d]", path, i) }
+
+// fields maps each known key of an object to its decoder.
+type fields map[string]func(path string, raw json.RawMessage)
+
+// object decodes raw as a JSON object (null counts as empty).
+func (d *decoder) object(path string, raw json.RawMessage) (map[string]json.RawMessage, bool) {
+	if isNull(raw) {
+		return map[string]json.RawMessage{}, true
+	}
+	var m map[string]json.RawMessage
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	if err := dec.Decode(&m); err != nil || m == nil {
+		var syn *json.SyntaxError
+		if errors.As(err, &syn) {
+			d.fail(path, "invalid JSON at byte %d: %v", syn.Offset, err)
+		} else {
+			d.fail(path, "want an object, got %s", kind(raw))
+		}
+		return nil, false
+	}
+	if dec.More() {
+		d.fail(path, "trailing data after the JSON value")
+		return nil, false
+	}
+	return m, true
+}
+
+// apply runs the decoder of each key of obj in sorted key order and reports
+// unknown keys.
+func (d *decoder) apply(path string, obj map[string]json.RawMessage, f fields) {
+	keys := make([]string, 0, len(obj))
+	for k := range obj {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		fn, ok := f[k]
+		if !ok {
+			d.fail(join(path, k), "unknown key%s", suggest(k, f))
+			continue
+		}
+		fn(join(path, k), obj[k])
+	}
+}
+
+// suggest names a known key close to k, if any.
+func suggest(k string, f fields) string {
+	best, bestDist := "", 3
+	for known := range f {
+		if dist := editDistance(k, known); dist < bestDist || (dist == bestDist && known < best) {
+			best, bestDist = known, dist
+		}
+	}
+	if best == "" {
+		return ""
+	}
+	return fmt.Sprintf(" (did you mean %q?)", best)
+}
+
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur := make([]int, len(b)+1)
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev = cur
+	}
+	return prev[len(b)]
+}
+
+func isNull(raw json.RawMessage) bool { return string(bytes.TrimSpace(raw)) == "null" }
+
+// kind names the JSON type of raw for error messages.
+func kind(raw json.RawMessage) string {
+	s := bytes.TrimSpace(raw)
+	if len(s) == 0 {
+		return "nothing"
+	}
+	switch s[0] {
+	case '{':
+		return "an object"
+	case '[':
+		return "an array"
+	case '"':
+		return "a string"
+	case 't', 'f':
+		return "a boolean"
+	case 'n':
+		return "null"
+	default:
+		return "a number"
+	}
+}
+
+func (d *decoder) str(dst *string) func(string, json.RawMessage) {
+	return func(path string, raw json.RawMessage) {
+		if isNull(raw) {
+			return
+		}
+		if err := json.Unmarshal(raw, dst); err != nil {
+			d.fail(path, "want a string, got %s", kind(raw))
+		}
+	}
+}
+
+func (d *decoder) boolean(dst *bool) func(string, json.RawMessage) {
+	return func(path string, raw json.RawMessage) {
+		if isNull(raw) {
+			return
+		}
+		if err := json.Unmarshal(raw, dst); err != nil {
+			d.fail(path, "want true or false, got %s", kind(raw))
+		}
+	}
+}
+
+func (d *decoder) number(path string, raw json.RawMessage) (float64, bool) {
+	var f float64
+	if err := json.Unmarshal(raw, &f); err != nil {
+		d.fail(path, "want a number, got %s", kind(raw))
+		return 0, false
+	}
+	return f, true
+}
+
+func (d *decoder) integer(dst *int) func(string, json.RawMessage) {
+	return func(path string, raw json.RawMessage) {
+		if isNull(raw) {
+			return
+		}
+		f, ok := d.number(path, raw)
+		if !ok {
+			return
+		}
+		if f != math.Trunc(f) || math.Abs(f) > math.MaxInt32 {
+			d.fail(path, "want an integer, got %v", f)
+			return
+		}
+		*dst = int(f)
+	}
+}
+
+func (d *decoder) optInt(dst **int) func(string, json.RawMessage) {
+	return func(path string, raw json.RawMessage) {
+		if isNull(raw) {
+			*dst = nil
+			return
+		}
+		var v int
+		before := len(d.errs)
+		d.integer(&v)(path, raw)
+		if len(d.errs) == before {
+			*dst = &v
+		}
+	}
+}
+
+func (d *decoder) float(dst *float64) func(string, json.RawMessage) {
+	return func(path string, raw json.RawMessage) {
+		if isNull(raw) {
+			return
+		}
+		if f, ok := d.number(path, raw); ok {
+			*dst = f
+		}
+	}
+}
+
+func (d *decoder) optFloat(dst **float64) func(string, json.RawMessage) {
+	return func(path string, raw json.RawMessage) {
+		if isNull(raw) {
+			*dst = nil
+			return
+		}
+		if f, ok := d.number(path, raw); ok {
+			*dst = &f
+		}
+	}
+}
+
+// duration reads seconds (a number) or a Go duration string.
+func (d *decoder) duration(dst *time.Duration) func(string, json.RawMessage) {
+	return func(path string, raw json.RawMessage) {
+		if isNull(raw) {
+			return
+		}
+		var s string
+		if json.Unmarshal(raw, &s) == nil {
+			v, err := time.ParseDuration(s)
+			if err != nil {
+				d.fail(path, "want seconds or a duration like \"90s\", got %q", s)
+				return
+			}
+			*dst = v
+			return
+		}
+		if f, ok := d.number(path, raw); ok {
+			*dst = time.Duration(f * float64(time.Second))
+		}
+	}
+}
+
+func (d *decoder) strings(dst *[]string) func(string, json.RawMessage) {
+	return func(path string, raw json.RawMessage) {
+		if isNull(raw) {
+			return
+		}
+		var items []json.RawMessage
+		if err := json.Unmarshal(raw, &items); err != nil {
+			d.fail(path, "want an array of strings, got %s", kind(raw))
+			return
+		}
+		out := make([]string, 0, len(items))
+		for i, it := range items {
+			var s string
+			if err := json.Unmarshal(it, &s); err != nil {
+				d.fail(index(path, i), "want a string, got %s", kind(it))
+				continue
+			}
+			out = append(out, s)
+		}
+		*dst = out
+	}
+}
+
+func (d *decoder) array(path string, raw json.RawMessage) []json.RawMessage {
+	if isNull(raw) {
+		return nil
+	}
+	var items []json.RawMessage
+	if err := json.Unmarshal(raw, &items); err != nil {
+		d.fail(path, "want an array, got %s", kind(raw))
+		return nil
+	}
+	return items
+}
+
+// deprecatedRoot are the seed's root-level fields and where they moved.
+var deprecatedRoot = map[string]string{
+	"llm_model":             "llm_config.model",
+	"max_episodes":          "episode_control_config.max_episodes",
+	"stop_on_success":       "episode_control_config.stop_on_success",
+	"max_parallel_rollouts": "rollout_config.max_parallel_rollouts",
+	"global_timeout":        "timeout_config.global_timeout",
+	"output_path":           "rollout_config.trajectory_output_path",
+	"plugins_enabled":       "rollout_config.enable_plugins",
+}
+
+func (d *decoder) config(root map[string]json.RawMessage, cfg *Config) {
+	cfg.TemplatePrompt = DefaultTemplatePrompt
+	cfg.LLM = LLM{Model: DefaultLLMModel, BaseURL: DefaultLLMBaseURL, Temperature: DefaultLLMTemperature,
+		MaxTokens: DefaultLLMMaxTokens, Timeout: DefaultLLMTimeout, MaxRetries: DefaultLLMMaxRetries, Mode: "tools"}
+	cfg.Rollout = Rollout{MaxParallelRollouts: DefaultMaxParallel, TrajectoryOutputPath: DefaultTrajectoryPath,
+		EnablePlugins: true, SaveTrajectoryInterval: defaultSaveTrajectoryEach}
+	cfg.EpisodeControl = EpisodeControl{MaxEpisodes: DefaultMaxEpisodes, SafetyLimit: DefaultSafetyLimit}
+	cfg.Timeouts = Timeouts{Global: DefaultGlobalTimeout, Command: DefaultCommandTimeout, Test: DefaultTestTimeout}
+
+	// Root-level sections first, so environments inherit timeout_config.
+	envsRaw, hasEnvs := root["environments"]
+	f := fields{
+		"environments":           func(string, json.RawMessage) {},
+		"llm_config":             func(p string, r json.RawMessage) { d.llm(p, r, &cfg.LLM) },
+		"rollout_config":         func(p string, r json.RawMessage) { d.rollout(p, r, &cfg.Rollout) },
+		"episode_control_config": func(p string, r json.RawMessage) { d.episodeControl(p, r, &cfg.EpisodeControl) },
+		"timeout_config":         func(p string, r json.RawMessage) { d.timeouts(p, r, &cfg.Timeouts) },
+		"template_prompt":        d.str(&cfg.TemplatePrompt),
+		"plugins":                func(p string, r json.RawMessage) { cfg.Plugins = d.plugins(p, r) },
+	}
+	// Deprecated root fields are honoured unless the section sets them.
+	var old struct {
+		model                             string
+		maxEpisodes, maxParallel          int
+		stop, pluginsOn                   bool
+		global                            time.Duration
+		output                            string
+		hasStop, hasPlugins, hasEpisodes  bool
+		hasParallel, hasGlobal, hasOutput bool
+	}
+	f["llm_model"] = d.str(&old.model)
+	f["max_episodes"] = func(p string, r json.RawMessage) { old.hasEpisodes = true; d.integer(&old.maxEpisodes)(p, r) }
+	f["stop_on_success"] = func(p string, r json.RawMessage) { old.hasStop = true; d.boolean(&old.stop)(p, r) }
+	f["max_parallel_rollouts"] = func(p string, r json.RawMessage) { old.hasParallel = true; d.integer(&old.maxParallel)(p, r) }
+	f["global_timeout"] = func(p string, r json.RawMessage) { old.hasGlobal = true; d.duration(&old.global)(p, r) }
+	f["output_path"] = func(p string, r json.RawMessage) { old.hasOutput = true; d.str(&old.output)(p, r) }
+	f["plugins_enabled"] = func(p string, r json.RawMessage) { old.hasPlugins = true; d.boolean(&old.pluginsOn)(p, r) }
+	d.apply("", root, f)
+
+	section := func(name, key string) bool {
+		raw, ok := root[name]
+		if !ok {
+			return false
+		}
+		m := map[string]json.RawMessage{}
+		_ = json.Unmarshal(raw, &m)
+		_, ok = m[key]
+		return ok
+	}
+	keys := make([]string, 0, len(deprecatedRoot))
+	for k := range deprecatedRoot {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		if _, ok := root[k]; ok {
+			d.warn("%s at the root is deprecated; use %s", k, deprecatedRoot[k])
+		}
+	}
+	if old.model != "" && !section("llm_config", "model") {
+		cfg.LLM.Model = old.model
+	}
+	if old.hasEpisodes && !section("episode_control_config", "max_episodes") {
+		cfg.EpisodeControl.MaxEpisodes = old.maxEpisodes
+	}
+	if old.hasStop && !section("episode_control_config", "stop_on_success") {
+		cfg.EpisodeControl.StopOnSuccess = old.stop
+	}
+	if old.hasParallel && !section("rollout_config", "max_parallel_rollouts") {
+		cfg.Rollout.MaxParallelRollouts = old.maxParallel
+	}
+	if old.hasGlobal && !section("timeout_config", "global_timeout") {
+		cfg.Timeouts.Global = old.global
+	}
+	if old.hasOutput && !section("rollout_config", "trajectory_output_path") {
+		cfg.Rollout.TrajectoryOutputPath = old.output
+	}
+	if old.hasPlugins && !section("rollout_config", "enable_plugins") {
+		cfg.Rollout.EnablePlugins = old.pluginsOn
+	}
+	d.checkGlobal(cfg)
+
+	if !hasEnvs {
+		d.fail("environments", "missing: a config needs at least one environment")
+		return
+	}
+	items := d.array("environments", envsRaw)
+	if items != nil && len(items) == 0 {
+		d.fail("environments", "empty: a config needs at least one environment")
+	}
+	seen := map[string]int{}
+	for i, raw := range items {
+		p := index("environments", i)
+		e, ok := d.environment(p, raw, cfg.Timeouts)
+		if !ok {
+			continue
+		}
+		if j, dup := seen[e.ID]; dup && e.ID != "" {
+			d.fail(join(p, "id"), "duplicate id %q (also environments[%d])", e.ID, j)
+		}
+		seen[e.ID] = i
+		cfg.Environments = append(cfg.Environments, e)
+	}
+}
+
+func (d *decoder) checkGlobal(cfg *Config) {
+	if cfg.Rollout.MaxParallelRollouts < 1 {
+		d.fail("rollout_config.max_parallel_rollouts", "must be at least 1, got %d", cfg.Rollout.MaxParallelRollouts)
+	}
+	if cfg.Rollout.SaveTrajectoryInterval < 1 {
+		d.fail("rollout_config.save_trajectory_interval", "must be at least 1, got %d", cfg.Rollout.SaveTrajectoryInterval)
+	}
+	ec := cfg.EpisodeControl
+	if ec.MaxEpisodes < 1 {
+		d.fail("episode_control_config.max_episodes", "must be at least 1, got %d", ec.MaxEpisodes)
+	}
+	if ec.MaxEpisodesPerEnv != nil && *ec.MaxEpisodesPerEnv < 1 {
+		d.fail("episode_control_config.max_episodes_per_env", "must be at least 1 or null, got %d", *ec.MaxEpisodesPerEnv)
+	}
+	if ec.MinSuccessRate != nil && (*ec.MinSuccessRate < 0 || *ec.MinSuccessRate > 1) {
+		d.fail("episode_control_config.min_success_rate", "must be in [0, 1] or null, got %v", *ec.MinSuccessRate)
+	}
+	if ec.SafetyLimit < 1 {
+		d.fail("episode_control_config.safety_limit", "must be at least 1, got %d", ec.SafetyLimit)
+	}
+	l := cfg.LLM
+	if l.Mode != "tools" && l.Mode != "react" {
+		d.fail("llm_config.mode", "must be \"tools\" or \"react\", got %q", l.Mode)
+	}
+	if l.Temperature < 0 || l.Temperature > 2 {
+		d.fail("llm_config.temperature", "must be in [0, 2], got %v", l.Temperature)
+	}
+	if l.MaxTokens < 1 {
+		d.fail("llm_config.max_tokens", "must be at least 1, got %d", l.MaxTokens)
+	}
+	if l.Timeout <= 0 {
+		d.fail("llm_config.timeout", "must be positive")
+	}
+	if l.MaxRetries < 0 {
+		d.fail("llm_config.max_retries", "must not be negative")
+	}
+	if l.MaxContextMessages < 0 || l.MaxOutputLength < 0 {
+		d.fail("llm_config", "max_context_messages and max_output_length must not be negative")
+	}
+	d.checkTimeouts("timeout_config", cfg.Timeouts)
+}
+
+func (d *decoder) checkTimeouts(path string, t Timeouts) {
+	if t.Global <= 0 {
+		d.fail(join(path, "global_timeout"), "must be positive")
+	}
+	if t.Command <= 0 {
+		d.fail(join(path, "command_timeout"), "must be positive")
+	}
+	if t.Test <= 0 {
+		d.fail(join(path, "test_timeout"), "must be positive")
+	}
+}
+
+func (d *decoder) llm(path string, raw json.RawMessage, l *LLM) {
+	obj, ok := d.object(path, raw)
+	if !ok {
+		return
+	}
+	d.apply(path, obj, fields{
+		"model":                d.str(&l.Model),
+		"api_key":              d.str(&l.APIKey),
+		"base_url":             d.str(&l.BaseURL),
+		"temperature":          d.float(&l.Temperature),
+		"max_tokens":           d.integer(&l.MaxTokens),
+		"timeout":              d.duration(&l.Timeout),
+		"max_context_messages": d.integer(&l.MaxContextMessages),
+		"max_output_length":    d.integer(&l.MaxOutputLength),
+		"max_retries":          d.integer(&l.MaxRetries),
+		"mode":                 d.str(&l.Mode),
+	})
+}
+
+func (d *decoder) rollout(path string, raw json.RawMessage, r *Rollout) {
+	obj, ok := d.object(path, raw)
+	if !ok {
+		return
+	}
+	d.apply(path, obj, fields{
+		"max_parallel_rollouts":     d.integer(&r.MaxParallelRollouts),
+		"trajectory_output_path":    d.str(&r.TrajectoryOutputPath),
+		"enable_plugins":            d.boolean(&r.EnablePlugins),
+		"save_trajectory_interval":  d.integer(&r.SaveTrajectoryInterval),
+		"state_persistence_enabled": d.boolean(&r.StatePersistenceEnabled),
+	})
+}
+
+func (d *decoder) episodeControl(path string, raw json.RawMessage, e *EpisodeControl) {
+	obj, ok := d.object(path, raw)
+	if !ok {
+		return
+	}
+	d.apply(path, obj, fields{
+		"max_episodes":         d.integer(&e.MaxEpisodes),
+		"max_episodes_per_env": d.optInt(&e.MaxEpisodesPerEnv),
+		"stop_on_success":      d.boolean(&e.StopOnSuccess),
+		"min_success_rate":     d.optFloat(&e.MinSuccessRate),
+		"safety_limit":         d.integer(&e.SafetyLimit),
+	})
+}
+
+func (d *decoder) timeouts(path string, raw json.RawMessage, t *Timeouts) {
+	obj, ok := d.object(path, raw)
+	if !ok {
+		return
+	}
+	d.apply(path, obj, fields{
+		"global_timeout":  d.duration(&t.Global),
+		"command_timeout": d.duration(&t.Command),
+		"test_timeout":    d.duration(&t.Test),
+	})
+}
+
+func (d *decoder) plugins(path string, raw json.RawMessage) []Plugin {
+	var out []Plugin
+	for i, it := range d.array(path, raw) {
+		p := index(path, i)
+		pl := Plugin{Enabled: true, Timeout: DefaultPluginTimeout}
+		var name string
+		if json.Unmarshal(it, &name) == nil {
+			pl.Name = name
+		} else {
+			obj, ok := d.object(p, it)
+			if !ok {
+				continue
+			}
+			d.apply(p, obj, fields{
+				"name":    d.str(&pl.Name),
+				"enabled": d.boolean(&pl.Enabled),
+				"config": func(cp string, r json.RawMessage) {
+					if _, ok := d.object(cp, r); ok && !isNull(r) {
+						pl.Config = append(json.RawMessage(nil), r...)
+					}
+				},
+				"command": func(cp string, r json.RawMessage) {
+					var s string
+					if json.Unmarshal(r, &s) == nil {
+						pl.Command = strings.Fields(s)
+						return
+					}
+					d.strings(&pl.Command)(cp, r)
+				},
+				"hooks":   d.strings(&pl.Hooks),
+				"timeout": d.duration(&pl.Timeout),
+			})
+		}
+		if pl.Name == "" {
+			d.fail(p, "a plugin needs a name")
+		}
+		if pl.Timeout <= 0 {
+			d.fail(join(p, "timeout"), "must be positive")
+		}
+		out = append(out, pl)
+	}
+	return out
+}
+
+var idPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$`)
+
+func (d *decoder) environment(path string, raw json.RawMessage, global Timeouts) (Environment, bool) {
+	obj, ok := d.object(path, raw)
+	if !ok {
+		return Environment{}, false
+	}
+	e := Environment{
+		WorkingDirectory: DefaultWorkingDirectory,
+		Timeouts:         global,
+		Reward:           Reward{Mode: DefaultRewardMode, SuccessThreshold: DefaultSuccessThreshold},
+		Network:          DefaultNetwork,
+		MaxActions:       DefaultMaxActions,
+		MaxOutput:        DefaultMaxOutput,
+		MaxRetries:       DefaultMaxRetries,
+	}
+	var copies, hidden []json.RawMessage
+	var copiesPath, hiddenPath string
+	// refFiles finishes the reference solution once the working directory,
+	// which its files default to, is known.
+	var refFiles func(workdir string)
+	d.apply(path, obj, fields{
+		"id":                d.str(&e.ID),
+		"description":       d.str(&e.Description),
+		"docker_image":      d.str(&e.DockerImage),
+		"init_commands":     d.strings(&e.InitCommands),
+		"unit_tests":        d.strings(&e.UnitTests),
+		"prompt":            d.str(&e.Prompt),
+		"working_directory": d.str(&e.WorkingDirectory),
+		"environment_variables": func(p string, r json.RawMessage) {
+			m, ok := d.object(p, r)
+			if !ok {
+				return
+			}
+			e.EnvironmentVariables = map[string]string{}
+			for k, v := range m {
+				var s string
+				if err := json.Unmarshal(v, &s); err != nil {
+					d.fail(join(p, k), "want a string, got %s", kind(v))
+					continue
+				}
+				if k == "" || strings.ContainsAny(k, "=\x00") {
+					d.fail(join(p, k), "not a valid variable name")
+					continue
+				}
+				e.EnvironmentVariables[k] = s
+			}
+		},
+		"copy_folders":   func(p string, r json.RawMessage) { copiesPath, copies = p, d.array(p, r) },
+		"max_retries":    d.integer(&e.MaxRetries),
+		"timeout_config": func(p string, r json.RawMessage) { d.timeouts(p, r, &e.Timeouts) },
+		"hidden_tests":   func(p string, r json.RawMessage) { hiddenPath, hidden = p, d.array(p, r) },
+		"reference_solution": func(p string, r json.RawMessage) {
+			ro, ok := d.object(p, r)
+			if !ok || isNull(r) {
+				return
+			}
+			ref := &Reference{}
+			var files []json.RawMessage
+			var filesPath string
+			d.apply(p, ro, fields{
+				"files":    func(fp string, fr json.RawMessage) { filesPath, files = fp, d.array(fp, fr) },
+				"commands": d.strings(&ref.Commands),
+			})
+			e.Reference = ref
+			refFiles = func(workdir string) {
+				for i, fr := range files {
+					if c, ok := d.copySpec(index(filesPath, i), fr, workdir); ok {
+						ref.Files = append(ref.Files, c)
+					}
+				}
+				if len(ref.Files) == 0 && len(ref.Commands) == 0 {
+					d.fail(p, "a reference solution needs files or commands")
+				}
+			}
+		},
+		"reward": func(p string, r json.RawMessage) {
+			ro, ok := d.object(p, r)
+			if !ok {
+				return
+			}
+			d.apply(p, ro, fields{
+				"mode":              d.str(&e.Reward.Mode),
+				"success_threshold": d.float(&e.Reward.SuccessThreshold),
+			})
+		},
+		"resources": func(p string, r json.RawMessage) {
+			ro, ok := d.object(p, r)
+			if !ok {
+				return
+			}
+			d.apply(p, ro, fields{
+				"memory": func(mp string, mr json.RawMessage) {
+					var s string
+					if json.Unmarshal(mr, &s) == nil {
+						n, err := units.RAMInBytes(s)
+						if err != nil {
+							d.fail(mp, "want bytes or a size like \"1g\", got %q", s)
+							return
+						}
+						e.Resources.MemoryBytes = n
+						return
+					}
+					if f, ok := d.number(mp, mr); ok {
+						e.Resources.MemoryBytes = int64(f)
+					}
+				},
+				"cpus": d.float(&e.Resources.CPUs),
+				"pids": func(pp string, pr json.RawMessage) {
+					var n int
+					d.integer(&n)(pp, pr)
+					e.Resources.PIDs = int64(n)
+				},
+			})
+		},
+		"network":     d.str(&e.Network),
+		"max_actions": d.integer(&e.MaxActions),
+		"max_output":  d.integer(&e.MaxOutput),
+	})
+	_, ownTimeouts := obj["timeout_config"]
+	d.checkEnvironment(path, &e, ownTimeouts)
+	for i, c := range copies {
+		if cs, ok := d.copySpec(index(copiesPath, i), c, e.WorkingDirectory); ok {
+			e.CopyFolders = append(e.CopyFolders, cs)
+		}
+	}
+	for i, c := range hidden {
+		if cs, ok := d.copySpec(index(hiddenPath, i), c, e.WorkingDirectory); ok {
+			e.HiddenTests = append(e.HiddenTests, cs)
+		}
+	}
+	if refFiles != nil {
+		refFiles(e.WorkingDirectory)
+	}
+	return e, true
+}
+
+func (d *decoder) checkEnvironment(path string, e *Environment, ownTimeouts bool) {
+	switch {
+	case d.failed[join(path, "id")]:
+	case e.ID == "":
+		d.fail(join(path, "id"), "missing")
+	case !idPattern.MatchString(e.ID):
+		d.fail(join(path, "id"), "%q: use letters, digits, '_', '.', '-' (at most 128)", e.ID)
+	}
+	if e.DockerImage == "" && !d.failed[join(path, "docker_image")] {
+		d.fail(join(path, "docker_image"), "missing")
+	}
+	if len(e.UnitTests) == 0 && !d.failed[join(path, "unit_tests")] {
+		d.fail(join(path, "unit_tests"), "missing: the reward comes from the unit tests")
+	}
+	for i, t := range e.UnitTests {
+		if strings.TrimSpace(t) == "" {
+			d.fail(index(join(path, "unit_tests"), i), "empty command")
+		}
+	}
+	if strings.TrimSpace(e.Prompt) == "" && !d.failed[join(path, "prompt")] {
+		d.fail(join(path, "prompt"), "missing")
+	}
+	if !strings.HasPrefix(e.WorkingDirectory, "/") {
+		d.fail(join(path, "working_directory"), "must be an absolute path, got %q", e.WorkingDirectory)
+	}
+	if e.MaxRetries < 0 {
+		d.fail(join(path, "max_retries"), "must not be negative")
+	}
+	if ownTimeouts {
+		// Inherited timeouts were checked at the root.
+		d.checkTimeouts(join(path, "timeout_config"), e.Timeouts)
+	}
+	if e.Reward.Mode != RewardPassRate && e.Reward.Mode != RewardBinary {
+		d.fail(join(path, "reward.mode"), "must be %q or %q, got %q", RewardPassRate, RewardBinary, e.Reward.Mode)
+	}
+	if e.Reward.SuccessThreshold <= 0 || e.Reward.SuccessThreshold > 1 {
+		d.fail(join(path, "reward.success_threshold"), "must be in (0, 1], got %v", e.Reward.SuccessThreshold)
+	}
+	if e.Resources.MemoryBytes < 0 || (e.Resources.MemoryBytes > 0 && e.Resources.MemoryBytes < 6<<20) {
+		d.fail(join(path, "resources.memory"), "must be at least 6MiB, got %d bytes", e.Resources.MemoryBytes)
+	}
+	if e.Resources.CPUs < 0 {
+		d.fail(join(path, "resources.cpus"), "must not be negative")
+	}
+	if e.Resources.PIDs < 0 {
+		d.fail(join(path, "resources.pids"), "must not be negative")
+	}
+	if e.Network == "" || e.Network == "host" {
+		d.fail(join(path, "network"), "must be \"none\" or a Docker network name (not %q)", e.Network)
+	}
+	if e.MaxActions < 1 {
+		d.fail(join(path, "max_actions"), "must be at least 1, got %d", e.MaxActions)
+	}
+	if e.MaxOutput < 256 {
+		d.fail(join(path, "max_output"), "must be at least 256 bytes, got %d", e.MaxOutput)
+	}
+}
+
+// copySpec reads a copy entry: a bare path (the folder goes into workdir
+// under its own name) or {"src", "dest"}. Src must exist.
+func (d *decoder) copySpec(path string, raw json.RawMessage, workdir string) (CopySpec, bool) {
+	var c CopySpec
+	var s string
+	if json.Unmarshal(raw, &s) == nil {
+		c.Src = s
+	} else {
+		obj, ok := d.object(path, raw)
+		if !ok {
+			return c, false
+		}
+		d.apply(path, obj, fields{"src": d.str(&c.Src), "dest": d.str(&c.Dest)})
+	}
+	if c.Src == "" {
+		d.fail(path, "missing src")
+		return c, false
+	}
+	if !filepath.IsAbs(c.Src) {
+		c.Src = filepath.Join(d.dir, c.Src)
+	}
+	st, err := os.Stat(c.Src)
+	if err != nil {
+		d.fail(path, "src: %v", err)
+		return c, false
+	}
+	if c.Dest == "" {
+		c.Dest = workdir + "/" + filepath.Base(c.Src)
+	} else if !strings.HasPrefix(c.Dest, "/") {
+		c.Dest = workdir + "/" + c.Dest
+	}
+	c.Dest = filepath.Clean(c.Dest)
+	if st.IsDir() && c.Dest == "/" {
+		d.fail(path, "dest must not be /")
+		return c, false
+	}
+	return c, true
+}

@@ -1,0 +1,324 @@
+package docker
+
+import (
+	"archive/tar"
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"path"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/image"
+	"github.com/docker/docker/pkg/jsonmessage"
+	"github.com/docker/docker/pkg/stdcopy"
+
+	"github.com/gymserver/gymserver/envs/sandbox"
+	"github.com/gymserver/gymserver/gym"
+)
+
+// PreparedRepo is the repository of prepared images; tags are content hashes.
+const PreparedRepo = "gymserver-prepared"
+
+// labelPrepared marks prepared images with their full content hash.
+const labelPrepared = "gymserver.prepared"
+
+// defaultInitTimeout bounds one init command.
+const defaultInitTimeout = 10 * time.Minute
+
+// Prepare returns the prepared image for spec, building it once: the base
+// image plus the executor, the files and the init commands' effects,
+// committed under a tag derived from a hash of all of them.
+func (p *Provider) Prepare(ctx context.Context, spec sandbox.ImageSpec) (string, error) {
+	baseID, err := p.ensureBase(ctx, spec.BaseImage)
+	if err != nil {
+		return "", err
+	}
+	key := p.prepareKey(baseID, spec)
+	ref := PreparedRepo + ":" + key[:24]
+	for {
+		if _, err := p.cli.ImageInspect(ctx, ref); err == nil {
+			return ref, nil
+		} else if !isNotFound(err) {
+			return "", gym.Classify(fmt.Errorf("docker: inspect %s: %w", ref, err), gym.ClassSandbox)
+		}
+		p.mu.Lock()
+		wait, busy := p.building[key]
+		if !busy {
+			wait = make(chan struct{})
+			p.building[key] = wait
+		}
+		p.mu.Unlock()
+		if busy {
+			// Someone else builds it; look again when they are done.
+			select {
+			case <-wait:
+				continue
+			case <-ctx.Done():
+				return "", ctx.Err()
+			}
+		}
+		err := p.build(ctx, spec, ref, key)
+		p.mu.Lock()
+		delete(p.building, key)
+		close(wait)
+		p.mu.Unlock()
+		if err != nil {
+			return "", err
+		}
+		return ref, nil
+	}
+}
+
+// ensureBase makes the base image present and returns its id: pulled if
+// possible, else built by Options.BuildBase.
+func (p *Provider) ensureBase(ctx context.Context, ref string) (string, error) {
+	if ref == "" {
+		return "", fmt.Errorf("docker: no base image: %w", gym.ErrInvalidArgument)
+	}
+	if info, err := p.cli.ImageInspect(ctx, ref); err == nil {
+		return info.ID, nil
+	}
+	pullErr := p.pull(ctx, ref)
+	if pullErr != nil {
+		if p.opts.BuildBase == nil {
+			return "", gym.Classify(fmt.Errorf("docker: image %s is not present and cannot be pulled: %w", ref, pullErr), gym.ClassSandbox)
+		}
+		p.log.Info("base image cannot be pulled; building it", "image", ref, "pull_error", pullErr.Error())
+		if err := p.opts.BuildBase(ctx, ref); err != nil {
+			return "", gym.Classify(fmt.Errorf("docker: image %s: cannot be pulled (%v) nor built: %w", ref, pullErr, err), gym.ClassSandbox)
+		}
+	}
+	info, err := p.cli.ImageInspect(ctx, ref)
+	if err != nil {
+		return "", gym.Classify(fmt.Errorf("docker: image %s: %w", ref, err), gym.ClassSandbox)
+	}
+	return info.ID, nil
+}
+
+func (p *Provider) pull(ctx context.Context, ref string) error {
+	rc, err := p.cli.ImagePull(ctx, ref, image.PullOptions{})
+	if err != nil {
+		return err
+	}
+	defer rc.Close()
+	return jsonmessage.DisplayJSONMessagesStream(rc, devNull{}, 0, false, nil)
+}
+
+type devNull struct{}
+
+func (devNull) Write(p []byte) (int, error) { return len(p), nil }
+
+// prepareKey hashes everything that goes into a prepared image.
+func (p *Provider) prepareKey(baseID string, spec sandbox.ImageSpec) string {
+	h := sha256.New()
+	field := func(s string) { fmt.Fprintf(h, "%d:%s\n", len(s), s) }
+	field("gymserver-prepare-v1")
+	field(baseID)
+	field(p.execHash)
+	field(strings.Join(p.opts.ExecutorArgs, "\x00"))
+	field(spec.WorkDir)
+	for _, e := range envList(spec.Env) {
+		field(e)
+	}
+	files := append([]sandbox.File(nil), spec.Files...)
+	sort.Slice(files, func(i, j int) bool { return files[i].Path < files[j].Path })
+	for _, f := range files {
+		sum := sha256.Sum256(f.Data)
+		field(fmt.Sprintf("%s %o %x", f.Path, f.Mode.Perm(), sum))
+	}
+	for _, c := range spec.InitCommands {
+		field(c)
+	}
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// build makes the prepared image ref: a root-run container of the base
+// image gets the executor and the files, runs the init commands as the
+// sandbox user, and is committed.
+func (p *Provider) build(ctx context.Context, spec sandbox.ImageSpec, ref, key string) error {
+	fail := func(err error) error {
+		return gym.Classify(fmt.Errorf("docker: prepare %s from %s: %w", ref, spec.BaseImage, err), gym.ClassSandbox)
+	}
+	workdir := spec.WorkDir
+	if workdir == "" {
+		workdir = "/"
+	}
+	init := true
+	created, err := p.cli.ContainerCreate(ctx, &container.Config{
+		Image:      spec.BaseImage,
+		Cmd:        p.executorCmd("idle"),
+		User:       "0:0",
+		Env:        envList(spec.Env),
+		WorkingDir: "/",
+		Labels:     p.labels(map[string]string{labelPrepared: key}),
+	}, &container.HostConfig{Init: &init}, nil, nil, "")
+	if err != nil {
+		return fail(err)
+	}
+	defer func() {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), removeTimeout)
+		defer cancel()
+		if err := p.remove(rctx, created.ID); err != nil {
+			p.log.Warn("remove prepare container", "err", err)
+		}
+	}()
+	archive, err := p.prepareArchive(workdir, spec.Files)
+	if err != nil {
+		return fail(err)
+	}
+	if err := p.cli.CopyToContainer(ctx, created.ID, "/", archive, container.CopyToContainerOptions{}); err != nil {
+		return fail(fmt.Errorf("copy files: %w", err))
+	}
+	if err := p.cli.ContainerStart(ctx, created.ID, container.StartOptions{}); err != nil {
+		return fail(fmt.Errorf("start: %w", err))
+	}
+	timeout := spec.Timeout
+	if timeout <= 0 {
+		timeout = defaultInitTimeout
+	}
+	for i, cmd := range spec.InitCommands {
+		p.log.Info("running init command", "image", ref, "command", cmd)
+		code, out, err := p.execOnce(ctx, created.ID, sandboxUser, workdir, envList(spec.Env), []string{"/bin/sh", "-c", cmd}, timeout)
+		if err != nil {
+			return fail(fmt.Errorf("init command %d (%s): %w", i, cmd, err))
+		}
+		if code != 0 {
+			return fail(fmt.Errorf("init command %d (%s) exited with %d: %s", i, cmd, code, tail(out, 2000)))
+		}
+	}
+	_, err = p.cli.ContainerCommit(ctx, created.ID, container.CommitOptions{
+		Reference: ref,
+		Comment:   "gymserver prepared image",
+		Pause:     true,
+		Config: &container.Config{
+			Cmd:        p.executorCmd("idle"),
+			User:       sandboxUser,
+			WorkingDir: workdir,
+			Env:        envList(spec.Env),
+			Labels:     map[string]string{labelPrepared: key},
+		},
+	})
+	if err != nil {
+		return fail(fmt.Errorf("commit: %w", err))
+	}
+	p.log.Info("prepared image", "image", ref, "base", spec.BaseImage)
+	return nil
+}
+
+// prepareArchive builds the tar of the executor, the working directory and
+// the files; the working directory and the files belong to the sandbox user.
+func (p *Provider) prepareArchive(workdir string, files []sandbox.File) (*bytes.Buffer, error) {
+	bin, err := os.ReadFile(p.opts.ExecutorBinary)
+	if err != nil {
+		return nil, fmt.Errorf("read executor: %w", err)
+	}
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	now := time.Now()
+	add := func(h *tar.Header, data []byte) error {
+		h.ModTime = now
+		if err := tw.WriteHeader(h); err != nil {
+			return err
+		}
+		_, err := tw.Write(data)
+		return err
+	}
+	if err := add(&tar.Header{Typeflag: tar.TypeDir, Name: ".gymserver/", Mode: 0o755}, nil); err != nil {
+		return nil, err
+	}
+	if err := add(&tar.Header{Typeflag: tar.TypeReg, Name: executorPath[1:], Mode: 0o755, Size: int64(len(bin))}, bin); err != nil {
+		return nil, err
+	}
+	// Directories from the working directory down are the user's.
+	userDirs := map[string]bool{}
+	if workdir != "/" {
+		userDirs[workdir] = true
+	}
+	for _, f := range files {
+		for d := path.Dir(f.Path); d != "/" && (d == workdir || strings.HasPrefix(d, workdir+"/")); d = path.Dir(d) {
+			userDirs[d] = true
+		}
+	}
+	dirs := make([]string, 0, len(userDirs))
+	for d := range userDirs {
+		dirs = append(dirs, d)
+	}
+	sort.Strings(dirs)
+	for _, d := range dirs {
+		if err := add(&tar.Header{Typeflag: tar.TypeDir, Name: d[1:] + "/", Mode: 0o755, Uid: 1000, Gid: 1000}, nil); err != nil {
+			return nil, err
+		}
+	}
+	for _, f := range files {
+		if !path.IsAbs(f.Path) {
+			return nil, fmt.Errorf("file %s: path is not absolute", f.Path)
+		}
+		mode := int64(f.Mode.Perm())
+		if mode == 0 {
+			mode = 0o644
+		}
+		if err := add(&tar.Header{Typeflag: tar.TypeReg, Name: f.Path[1:], Mode: mode, Size: int64(len(f.Data)), Uid: 1000, Gid: 1000}, f.Data); err != nil {
+			return nil, err
+		}
+	}
+	if err := tw.Close(); err != nil {
+		return nil, err
+	}
+	return &buf, nil
+}
+
+// execOnce runs one command with a plain docker exec and returns its exit
+// code and combined output.
+func (p *Provider) execOnce(ctx context.Context, id, user, dir string, env, argv []string, timeout time.Duration) (int, []byte, error) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	ex, err := p.cli.ContainerExecCreate(ctx, id, container.ExecOptions{
+		User: user, AttachStdout: true, AttachStderr: true, WorkingDir: dir, Env: env, Cmd: argv,
+	})
+	if err != nil {
+		return 0, nil, err
+	}
+	conn, err := p.cli.ContainerExecAttach(ctx, ex.ID, container.ExecAttachOptions{})
+	if err != nil {
+		return 0, nil, err
+	}
+	defer conn.Close()
+	var out bytes.Buffer
+	done := make(chan error, 1)
+	go func() {
+		_, err := stdcopy.StdCopy(&out, &out, conn.Reader)
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if err != nil {
+			return 0, out.Bytes(), err
+		}
+	case <-ctx.Done():
+		conn.Close()
+		<-done
+		return 0, out.Bytes(), fmt.Errorf("timed out after %s", timeout)
+	}
+	info, err := p.cli.ContainerExecInspect(ctx, ex.ID)
+	if err != nil {
+		return 0, out.Bytes(), err
+	}
+	if info.Running {
+		return 0, out.Bytes(), errors.New("exec still running after its output ended")
+	}
+	return info.ExitCode, out.Bytes(), nil
+}
+
+func tail(b []byte, n int) string {
+	if len(b) > n {
+		b = b[len(b)-n:]
+	}
+	return strings.TrimSpace(string(b))
+}

@@ -1,0 +1,288 @@
+package docker
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/filters"
+	"github.com/docker/docker/client"
+	"github.com/docker/docker/errdefs"
+
+	"github.com/gymserver/gymserver/envs/sandbox"
+	"github.com/gymserver/gymserver/gym"
+)
+
+// executorPath is where the executor binary lives inside prepared images.
+const executorPath = "/.gymserver/executor"
+
+// sandboxUser is the user of the agent and of the tests.
+const sandboxUser = "1000:1000"
+
+// Defaults for Options and sandbox.Resources.
+const (
+	defaultMemory          = 1 << 30
+	defaultCPUs            = 1.0
+	defaultPIDs            = 256
+	defaultLease           = 24 * time.Hour
+	defaultConcurrentStart = 8
+	removeTimeout          = 30 * time.Second
+)
+
+// Options configure a Provider.
+type Options struct {
+	// ExecutorBinary is the host path of a static binary that runs the
+	// executor (see package executor). Required.
+	ExecutorBinary string
+	// ExecutorArgs are put before the executor's mode, e.g. {"__executor"}
+	// when ExecutorBinary is the gymserver binary.
+	ExecutorArgs []string
+	// Owner identifies this provider in container labels; empty means
+	// "<hostname>:<pid>:<random>", which lets another provider on the same
+	// host tell that the owner is gone.
+	Owner string
+	// Logger receives diagnostics; nil discards them.
+	Logger *slog.Logger
+	// Client is the Docker client; nil makes one from the environment.
+	Client *client.Client
+	// MaxConcurrentStarts bounds container starts in flight (default 8).
+	MaxConcurrentStarts int
+	// Lease is how long a container may live before any provider may reap
+	// it (default 24h).
+	Lease time.Duration
+	// BuildBase, when set, is called for a base image that is neither
+	// present nor pullable.
+	BuildBase func(ctx context.Context, ref string) error
+}
+
+// Provider makes Docker sandboxes. It is safe for concurrent use.
+type Provider struct {
+	cli       *client.Client
+	ownClient bool
+	opts      Options
+	owner     string
+	log       *slog.Logger
+	starts    chan struct{}
+	execHash  string
+
+	// mu guards the fields below.
+	mu       sync.Mutex
+	live     map[string]*Sandbox
+	building map[string]chan struct{}
+	closed   bool
+}
+
+var _ sandbox.Provider = (*Provider)(nil)
+
+// New connects to the Docker Engine, reaps containers whose owner is gone
+// or whose lease passed, and returns a provider.
+func New(ctx context.Context, opts Options) (*Provider, error) {
+	if opts.ExecutorBinary == "" {
+		return nil, errors.New("docker: no executor binary")
+	}
+	bin, err := os.ReadFile(opts.ExecutorBinary)
+	if err != nil {
+		return nil, fmt.Errorf("docker: executor binary: %w", err)
+	}
+	sum := sha256.Sum256(bin)
+	p := &Provider{
+		cli:      opts.Client,
+		opts:     opts,
+		owner:    opts.Owner,
+		log:      opts.Logger,
+		execHash: hex.EncodeToString(sum[:]),
+		live:     map[string]*Sandbox{},
+		building: map[string]chan struct{}{},
+	}
+	if p.log == nil {
+		p.log = slog.New(slog.DiscardHandler)
+	}
+	if p.owner == "" {
+		host, _ := os.Hostname()
+		var b [4]byte
+		_, _ = rand.Read(b[:])
+		p.owner = fmt.Sprintf("%s:%d:%s", host, os.Getpid(), hex.EncodeToString(b[:]))
+	}
+	n := opts.MaxConcurrentStarts
+	if n <= 0 {
+		n = defaultConcurrentStart
+	}
+	p.starts = make(chan struct{}, n)
+	if p.cli == nil {
+		p.cli, err = client.NewClientWithOpts(client.FromEnv, client.WithAPIVersionNegotiation())
+		if err != nil {
+			return nil, gym.Classify(fmt.Errorf("docker: client: %w", err), gym.ClassSandbox)
+		}
+		p.ownClient = true
+	}
+	if _, err := p.cli.Ping(ctx); err != nil {
+		p.closeClient()
+		return nil, gym.Classify(fmt.Errorf("docker: engine not reachable: %w", err), gym.ClassSandbox)
+	}
+	if err := p.Reap(ctx); err != nil {
+		p.log.Warn("reaping orphaned containers failed", "err", err)
+	}
+	return p, nil
+}
+
+// Owner returns the provider's owner id, the value of its containers'
+// gymserver.owner label.
+func (p *Provider) Owner() string { return p.owner }
+
+// Client returns the Docker client the provider uses.
+func (p *Provider) Client() *client.Client { return p.cli }
+
+func (p *Provider) closeClient() {
+	if p.ownClient {
+		p.cli.Close()
+	}
+}
+
+// ownerGone reports whether the provider that wrote owner has ended: it ran
+// on this host under a pid that is gone or now belongs to someone else.
+func (p *Provider) ownerGone(owner string) bool {
+	if owner == p.owner {
+		return false
+	}
+	parts := strings.Split(owner, ":")
+	if len(parts) != 3 {
+		return false
+	}
+	host, _ := os.Hostname()
+	if parts[0] != host {
+		return false
+	}
+	pid, err := strconv.Atoi(parts[1])
+	if err != nil {
+		return false
+	}
+	if pid == os.Getpid() {
+		return true // an earlier process with our pid
+	}
+	err = syscall.Kill(pid, 0)
+	return errors.Is(err, syscall.ESRCH)
+}
+
+// Reap removes containers labelled by a provider that is gone, and
+// containers whose lease has passed. It never touches unlabelled containers.
+func (p *Provider) Reap(ctx context.Context) error {
+	list, err := p.cli.ContainerList(ctx, container.ListOptions{All: true,
+		Filters: filters.NewArgs(filters.Arg("label", sandbox.LabelOwner))})
+	if err != nil {
+		return gym.Classify(fmt.Errorf("docker: list containers: %w", err), gym.ClassSandbox)
+	}
+	now := time.Now().Unix()
+	var errs []error
+	for _, c := range list {
+		owner := c.Labels[sandbox.LabelOwner]
+		lease, _ := strconv.ParseInt(c.Labels[sandbox.LabelLease], 10, 64)
+		expired := lease > 0 && lease < now
+		if !p.ownerGone(owner) && !expired {
+			continue
+		}
+		p.log.Info("reaping orphaned container", "container", shortID(c.ID), "owner", owner, "lease_expired", expired)
+		if err := p.remove(ctx, c.ID); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// RemoveOwned removes every container labelled with owner.
+func RemoveOwned(ctx context.Context, cli *client.Client, owner string) error {
+	list, err := cli.ContainerList(ctx, container.ListOptions{All: true,
+		Filters: filters.NewArgs(filters.Arg("label", sandbox.LabelOwner+"="+owner))})
+	if err != nil {
+		return fmt.Errorf("docker: list containers: %w", err)
+	}
+	var errs []error
+	for _, c := range list {
+		if err := cli.ContainerRemove(ctx, c.ID, container.RemoveOptions{Force: true, RemoveVolumes: true}); err != nil && !isNotFound(err) {
+			errs = append(errs, fmt.Errorf("docker: remove %s: %w", shortID(c.ID), err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// remove force-removes a container; a container already gone is fine.
+func (p *Provider) remove(ctx context.Context, id string) error {
+	err := p.cli.ContainerRemove(ctx, id, container.RemoveOptions{Force: true, RemoveVolumes: true})
+	if err != nil && !isNotFound(err) {
+		return gym.Classify(fmt.Errorf("docker: remove container %s: %w", shortID(id), err), gym.ClassSandbox)
+	}
+	return nil
+}
+
+// Close destroys every sandbox the provider still owns and releases the
+// client. It is idempotent.
+func (p *Provider) Close(ctx context.Context) error {
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return nil
+	}
+	p.closed = true
+	live := make([]*Sandbox, 0, len(p.live))
+	for _, s := range p.live {
+		live = append(live, s)
+	}
+	p.mu.Unlock()
+	var errs []error
+	for _, s := range live {
+		errs = append(errs, s.Close(ctx))
+	}
+	// Anything labelled with our owner that was not tracked (a start that
+	// failed half-way, a prepare container) goes too.
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), removeTimeout)
+	defer cancel()
+	errs = append(errs, RemoveOwned(rctx, p.cli, p.owner))
+	p.closeClient()
+	return errors.Join(errs...)
+}
+
+// labels returns the labels every container of this provider carries.
+func (p *Provider) labels(extra map[string]string) map[string]string {
+	lease := p.opts.Lease
+	if lease <= 0 {
+		lease = defaultLease
+	}
+	l := map[string]string{
+		sandbox.LabelOwner: p.owner,
+		sandbox.LabelLease: strconv.FormatInt(time.Now().Add(lease).Unix(), 10),
+	}
+	for k, v := range extra {
+		l[k] = v
+	}
+	return l
+}
+
+// executorCmd returns the argv of the executor in the given mode.
+func (p *Provider) executorCmd(mode ...string) []string {
+	out := []string{executorPath}
+	out = append(out, p.opts.ExecutorArgs...)
+	return append(out, mode...)
+}
+
+func isNotFound(err error) bool { return errdefs.IsNotFound(err) }
+
+func shortID(id string) string {
+	if len(id) > 12 {
+		return id[:12]
+	}
+	return id
+}
+
+// drain discards r; used for streams whose content is not needed.
+func drain(r io.Reader) { _, _ = io.Copy(io.Discard, r) }

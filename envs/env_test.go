@@ -1,0 +1,355 @@
+package envs_test
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/filters"
+	"github.com/docker/docker/client"
+
+	"github.com/gymserver/gymserver/envs"
+	"github.com/gymserver/gymserver/envs/baseimage"
+	"github.com/gymserver/gymserver/envs/config"
+	"github.com/gymserver/gymserver/envs/docker"
+	"github.com/gymserver/gymserver/envs/sandbox"
+	"github.com/gymserver/gymserver/envs/sandbox/sandboxtest"
+	"github.com/gymserver/gymserver/gym"
+)
+
+// The tests in this file run real episodes on the real Docker Engine with
+// the examples' configs.
+
+var (
+	providerOnce sync.Once
+	provider     *docker.Provider
+	providerErr  error
+	dockerCli    *client.Client
+)
+
+// testProvider returns a Docker provider shared by the tests of this
+// package; TestMain closes it.
+func testProvider(t *testing.T) *docker.Provider {
+	t.Helper()
+	bin := sandboxtest.ExecutorBinary(t)
+	providerOnce.Do(func() {
+		ctx := context.Background()
+		dockerCli, providerErr = client.NewClientWithOpts(client.FromEnv, client.WithAPIVersionNegotiation())
+		if providerErr != nil {
+			return
+		}
+		provider, providerErr = docker.New(ctx, docker.Options{
+			ExecutorBinary: bin,
+			Client:         dockerCli,
+			BuildBase: func(ctx context.Context, ref string) error {
+				return baseimage.Build(ctx, dockerCli, ref, os.Stderr)
+			},
+		})
+	})
+	if providerErr != nil {
+		t.Fatalf("docker provider: %v", providerErr)
+	}
+	return provider
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if provider != nil {
+		ctx := context.Background()
+		if err := provider.Close(ctx); err != nil {
+			println("close provider:", err.Error())
+			code = 1
+		}
+		// No container of ours may outlive the tests.
+		list, err := dockerCli.ContainerList(ctx, container.ListOptions{All: true,
+			Filters: filters.NewArgs(filters.Arg("label", sandbox.LabelOwner))})
+		if err != nil || len(list) > 0 {
+			println("leaked containers after tests:", len(list), err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+// loadEnv loads one environment of an example config.
+func loadEnv(t *testing.T, example string) (*envs.TaskEnv, config.Environment) {
+	t.Helper()
+	cfg, err := config.Load(filepath.Join("..", "examples", example, "config.json"))
+	if err != nil {
+		t.Fatalf("load %s: %v", example, err)
+	}
+	ec := cfg.Environments[0]
+	e, err := envs.New(cfg, ec, envs.Options{Provider: testProvider(t)})
+	if err != nil {
+		t.Fatalf("new env: %v", err)
+	}
+	return e, ec
+}
+
+func reset(t *testing.T, e *envs.TaskEnv) (gym.Session, gym.Reset) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Minute)
+	defer cancel()
+	s, r, err := e.Reset(ctx, gym.ResetRequest{})
+	if err != nil {
+		t.Fatalf("reset: %v", err)
+	}
+	t.Cleanup(func() {
+		if _, err := s.Close(context.Background()); err != nil {
+			t.Errorf("close: %v", err)
+		}
+	})
+	return s, r
+}
+
+func call(name string, args any) gym.ToolCall {
+	b, _ := json.Marshal(args)
+	return gym.NewToolCall("", name, string(b))
+}
+
+func step(t *testing.T, s gym.Session, calls ...gym.ToolCall) gym.StepResult {
+	t.Helper()
+	r, err := s.Step(t.Context(), gym.Action{ToolCalls: calls})
+	if err != nil {
+		t.Fatalf("step: %v", err)
+	}
+	return r
+}
+
+func TestReferenceSolutionScoresOne(t *testing.T) {
+	for _, example := range []string{"calculator_api", "fix_inventory"} {
+		t.Run(example, func(t *testing.T) {
+			e, ec := loadEnv(t, example)
+			calls, err := envs.ReferenceCalls(ec)
+			if err != nil {
+				t.Fatal(err)
+			}
+			s, _ := reset(t, e)
+			var last gym.StepResult
+			for _, c := range calls {
+				last = step(t, s, c)
+				for _, ci := range last.Info.Calls {
+					if ci.ErrorClass != "" {
+						t.Fatalf("reference call %s failed: %s %s", ci.Name, ci.ErrorClass, ci.Error)
+					}
+				}
+			}
+			if !last.Terminated || last.Truncated {
+				t.Fatalf("after mark_done: terminated=%v truncated=%v", last.Terminated, last.Truncated)
+			}
+			ev := last.Info.Evaluation
+			if ev == nil || ev.Reward != 1 || !ev.Success || ev.Total < 5 {
+				t.Fatalf("evaluation = %+v, want reward 1 over >= 5 tests", ev)
+			}
+			if last.Reward != 1 || last.Info.TerminationReason != gym.ReasonCompleted {
+				t.Errorf("step reward %v reason %s", last.Reward, last.Info.TerminationReason)
+			}
+			for _, c := range ev.Commands {
+				if c.Source != "junit" {
+					t.Errorf("command %q: results from %s, want junit", c.Command, c.Source)
+				}
+			}
+			if _, err := s.Step(t.Context(), gym.Action{ToolCalls: []gym.ToolCall{call(gym.ToolMarkDone, map[string]string{})}}); gym.ClassOf(err) != gym.ClassEpisodeDone {
+				t.Errorf("step after the end: %v, want episode_done", err)
+			}
+			again, err := s.Evaluate(t.Context())
+			if err != nil || again.Reward != 1 {
+				t.Errorf("evaluate again: %+v %v", again, err)
+			}
+		})
+	}
+}
+
+func TestDoingNothingScoresBelowOne(t *testing.T) {
+	e, _ := loadEnv(t, "calculator_api")
+	s, _ := reset(t, e)
+	r := step(t, s, call(gym.ToolMarkDone, gym.MarkDoneArgs{Message: "done"}))
+	if !r.Info.AgentDone || r.Info.Evaluation == nil {
+		t.Fatalf("info = %+v", r.Info)
+	}
+	if r.Reward >= 1 || r.Info.Evaluation.Success {
+		t.Fatalf("doing nothing: reward %v success %v", r.Reward, r.Info.Evaluation.Success)
+	}
+	if r.Info.Evaluation.Total < 10 {
+		t.Errorf("calculator_api has %d test cases, want >= 10", r.Info.Evaluation.Total)
+	}
+}
+
+func TestHiddenTestsInvisibleAndTamperProof(t *testing.T) {
+	e, ec := loadEnv(t, "fix_inventory")
+	// Baseline: the do-nothing reward.
+	s0, _ := reset(t, e)
+	base := step(t, s0, call(gym.ToolMarkDone, map[string]string{})).Reward
+
+	s, _ := reset(t, e)
+	var testDir string
+	for _, h := range ec.HiddenTests {
+		testDir = h.Dest
+	}
+	files, err := ec.HiddenTests[0].Files()
+	if err != nil || len(files) == 0 {
+		t.Fatalf("hidden files: %v", err)
+	}
+	r := step(t, s, call(gym.ToolReadFile, gym.ReadFileArgs{Filepath: files[0].Path}))
+	if c := r.Info.Calls[0]; c.ErrorClass != gym.ClassAgent || !strings.Contains(c.Error, "no such file") {
+		t.Fatalf("reading a hidden test before evaluation: %+v", c)
+	}
+	r = step(t, s, call(gym.ToolExecuteCommand, gym.ExecuteCommandArgs{Command: "ls -a " + testDir + " 2>&1; ls -aR " + ec.WorkingDirectory}))
+	for _, f := range files {
+		if strings.Contains(r.Observation.Text, filepath.Base(f.Path)) {
+			t.Fatalf("hidden file %s visible to the agent:\n%s", f.Path, r.Observation.Text)
+		}
+	}
+	// Tamper: replace a hidden test with one that passes, add an extra
+	// passing test, and plant a conftest that rewrites every report.
+	step(t, s,
+		call(gym.ToolWriteFile, gym.WriteFileArgs{Filepath: files[0].Path, Content: "def test_ok():\n    pass\n"}),
+		call(gym.ToolWriteFile, gym.WriteFileArgs{Filepath: filepath.Join(testDir, "test_extra.py"), Content: "def test_a():\n    pass\ndef test_b():\n    pass\n"}),
+		call(gym.ToolWriteFile, gym.WriteFileArgs{Filepath: filepath.Join(ec.WorkingDirectory, "conftest.py"), Content: `import pytest
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    out = yield
+    rep = out.get_result()
+    rep.outcome = "passed"
+`}),
+	)
+	r = step(t, s, call(gym.ToolMarkDone, map[string]string{}))
+	if r.Reward != base {
+		t.Fatalf("tampering changed the reward: %v, do-nothing reward %v; tests: %+v", r.Reward, base, r.Info.Evaluation.Tests)
+	}
+	for _, tc := range r.Info.Evaluation.Tests {
+		if strings.Contains(tc.Name, "test_extra") || strings.Contains(tc.Name, "test_ok") {
+			t.Errorf("agent-written test %s was counted", tc.Name)
+		}
+	}
+}
+
+func TestAgentErrorsAreObservations(t *testing.T) {
+	e, _ := loadEnv(t, "fix_inventory")
+	s, _ := reset(t, e)
+	r := step(t, s,
+		gym.NewToolCall("a", "no_such_tool", `{}`),
+		gym.NewToolCall("b", gym.ToolExecuteCommand, `{"command": `),
+		gym.NewToolCall("c", gym.ToolExecuteCommand, `{"command": "echo hello; exit 3"}`),
+		gym.NewToolCall("d", gym.ToolReadFile, `{"filepath": "/nonexistent"}`),
+	)
+	if r.Done() {
+		t.Fatal("agent errors ended the episode")
+	}
+	want := []struct {
+		id    string
+		class gym.ErrorClass
+		text  string
+	}{
+		{"a", gym.ClassAgent, "unknown tool"},
+		{"b", gym.ClassAgent, "not a valid JSON"},
+		{"c", "", "hello"},
+		{"d", gym.ClassAgent, "no such file"},
+	}
+	if len(r.Observation.Messages) != len(want) {
+		t.Fatalf("got %d tool messages, want %d", len(r.Observation.Messages), len(want))
+	}
+	for i, w := range want {
+		m, c := r.Observation.Messages[i], r.Info.Calls[i]
+		if m.ToolCallID != w.id || c.ErrorClass != w.class || !strings.Contains(m.Content, w.text) {
+			t.Errorf("call %s: message %+v info %+v; want class %q containing %q", w.id, m, c, w.class, w.text)
+		}
+	}
+	if r.Info.Calls[2].ExitCode != 3 {
+		t.Errorf("exit code %d, want 3", r.Info.Calls[2].ExitCode)
+	}
+}
+
+func TestActionLimitTruncates(t *testing.T) {
+	cfg, err := config.Load(filepath.Join("..", "examples", "fix_inventory", "config.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ec := cfg.Environments[0]
+	ec.MaxActions = 2
+	e, err := envs.New(cfg, ec, envs.Options{Provider: testProvider(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, _ := reset(t, e)
+	r := step(t, s, call(gym.ToolExecuteCommand, gym.ExecuteCommandArgs{Command: "true"}))
+	if r.Done() {
+		t.Fatal("ended after one action")
+	}
+	r = step(t, s, call(gym.ToolExecuteCommand, gym.ExecuteCommandArgs{Command: "true"}))
+	if !r.Truncated || r.Terminated || r.Info.TerminationReason != gym.ReasonMaxActions || r.Info.Evaluation == nil {
+		t.Fatalf("after the limit: %+v", r)
+	}
+}
+
+func TestGlobalTimeoutStopsLongCommand(t *testing.T) {
+	cfg, err := config.Load(filepath.Join("..", "examples", "fix_inventory", "config.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ec := cfg.Environments[0]
+	ec.Timeouts.Global = 4 * time.Second
+	e, err := envs.New(cfg, ec, envs.Options{Provider: testProvider(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.Prepare(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	s, _ := reset(t, e)
+	start := time.Now()
+	r := step(t, s, call(gym.ToolExecuteCommand, gym.ExecuteCommandArgs{Command: "sleep 1000"}))
+	if time.Since(start) > 60*time.Second {
+		t.Errorf("step took %s", time.Since(start))
+	}
+	if !r.Truncated || r.Info.TerminationReason != gym.ReasonTimeout {
+		t.Fatalf("got %+v, want truncation by timeout", r.Info)
+	}
+	if c := r.Info.Calls[0]; c.ErrorClass != gym.ClassToolTimeout {
+		t.Errorf("call info %+v, want tool_timeout", c)
+	}
+	if ev := r.Info.Evaluation; ev == nil || ev.ErrorClass != "" || ev.Total == 0 {
+		t.Errorf("evaluation after timeout: %+v", ev)
+	}
+}
+
+func TestCloseRemovesContainer(t *testing.T) {
+	e, _ := loadEnv(t, "fix_inventory")
+	s, _, err := e.Reset(t.Context(), gym.ResetRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	list := func() int {
+		l, err := dockerCli.ContainerList(t.Context(), container.ListOptions{All: true,
+			Filters: filters.NewArgs(filters.Arg("label", sandbox.LabelSession+"="+s.ID()))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(l)
+	}
+	if n := list(); n != 1 {
+		t.Fatalf("%d containers for the session, want 1", n)
+	}
+	res, err := s.Close(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.TerminationReason != gym.ReasonClosed || res.Evaluation != nil {
+		t.Errorf("result %+v", res)
+	}
+	if n := list(); n != 0 {
+		t.Fatalf("%d containers left after close", n)
+	}
+	if _, err := s.Close(t.Context()); err != nil {
+		t.Errorf("second close: %v", err)
+	}
+	if _, err := s.Step(t.Context(), gym.Action{ToolCalls: []gym.ToolCall{call(gym.ToolMarkDone, map[string]string{})}}); gym.ClassOf(err) != gym.ClassEpisodeDone {
+		t.Errorf("step after close: %v", err)
+	}
+}

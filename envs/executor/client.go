@@ -1,0 +1,288 @@
+package executor
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"sync"
+	"time"
+
+	"github.com/gymserver/gymserver/envs/sandbox"
+	"github.com/gymserver/gymserver/gym"
+)
+
+// Client talks to one executor over a stream. It is safe for concurrent
+// use: requests are pipelined, each with an id, and answered out of order.
+// When the stream breaks, every pending and later call fails with an error
+// wrapping gym.ErrSandbox.
+type Client struct {
+	r io.Reader
+	w io.WriteCloser
+
+	// wmu serialises frame writes.
+	wmu sync.Mutex
+
+	// mu guards the fields below.
+	mu      sync.Mutex
+	next    uint64
+	pending map[uint64]chan response
+	err     error
+
+	done     chan struct{}
+	readDone chan struct{}
+}
+
+// NewClient starts a client reading responses from r and writing requests
+// to w. Close closes w (and r, when it is an io.Closer).
+func NewClient(r io.Reader, w io.WriteCloser) *Client {
+	c := &Client{
+		r:        r,
+		w:        w,
+		pending:  map[uint64]chan response{},
+		done:     make(chan struct{}),
+		readDone: make(chan struct{}),
+	}
+	go c.readLoop()
+	return c
+}
+
+func (c *Client) readLoop() {
+	defer close(c.readDone)
+	br := bufio.NewReader(c.r)
+	for {
+		var resp response
+		if err := readFrame(br, &resp); err != nil {
+			if errors.Is(err, io.EOF) {
+				err = errors.New("executor closed its stream")
+			}
+			c.fail(err)
+			return
+		}
+		c.mu.Lock()
+		ch := c.pending[resp.ID]
+		delete(c.pending, resp.ID)
+		c.mu.Unlock()
+		if ch != nil {
+			ch <- resp
+		}
+	}
+}
+
+// fail marks the stream broken and fails every pending call.
+func (c *Client) fail(err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.err != nil {
+		return
+	}
+	c.err = gym.Classify(fmt.Errorf("executor: %w", err), gym.ClassSandbox)
+	for id, ch := range c.pending {
+		delete(c.pending, id)
+		close(ch)
+	}
+	close(c.done)
+}
+
+// Done is closed when the stream has ended; Err then says why.
+func (c *Client) Done() <-chan struct{} { return c.done }
+
+// Err returns why the stream ended, or nil while it works.
+func (c *Client) Err() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.err
+}
+
+// Close closes the stream and waits for the reader to stop. Pending and
+// later calls fail with gym.ErrSandbox.
+func (c *Client) Close() error {
+	c.fail(errors.New("client closed"))
+	err := c.w.Close()
+	if rc, ok := c.r.(io.Closer); ok {
+		rc.Close()
+	}
+	<-c.readDone
+	return err
+}
+
+// call sends req and waits for its response.
+func (c *Client) call(ctx context.Context, req request) (response, error) {
+	ch := make(chan response, 1)
+	c.mu.Lock()
+	if c.err != nil {
+		err := c.err
+		c.mu.Unlock()
+		return response{}, err
+	}
+	c.next++
+	req.ID = c.next
+	c.pending[req.ID] = ch
+	c.mu.Unlock()
+
+	frame, err := encodeFrame(req)
+	if err != nil {
+		c.forget(req.ID)
+		return response{}, gym.Classify(fmt.Errorf("executor: %s request: %w", req.Op, err), gym.ClassInvalidArgument)
+	}
+	c.wmu.Lock()
+	_, err = c.w.Write(frame)
+	c.wmu.Unlock()
+	if err != nil {
+		c.fail(fmt.Errorf("write: %w", err))
+		return response{}, c.Err()
+	}
+	select {
+	case resp, ok := <-ch:
+		if !ok {
+			return response{}, c.Err()
+		}
+		return resp, nil
+	case <-ctx.Done():
+		c.forget(req.ID)
+		if req.Op == opExec {
+			// Stop the command in the sandbox too; nobody waits for it.
+			go c.cancel(req.ID)
+		}
+		return response{}, ctx.Err()
+	}
+}
+
+func (c *Client) forget(id uint64) {
+	c.mu.Lock()
+	delete(c.pending, id)
+	c.mu.Unlock()
+}
+
+// cancel asks the executor to kill the command of request id.
+func (c *Client) cancel(id uint64) {
+	ctx, stop := context.WithTimeout(context.Background(), 5*time.Second)
+	defer stop()
+	_, _ = c.call(ctx, request{Op: opCancel, Target: id})
+}
+
+// respErr rebuilds the error of a response.
+func respErr(op, path string, resp response) error {
+	if resp.ErrKind == "" {
+		return nil
+	}
+	var sentinel error
+	switch resp.ErrKind {
+	case kindNotExist:
+		sentinel = sandbox.ErrNotExist
+	case kindIsDir:
+		sentinel = sandbox.ErrIsDir
+	case kindNotDir:
+		sentinel = sandbox.ErrNotDir
+	case kindTooLarge:
+		sentinel = sandbox.ErrTooLarge
+	case kindInvalid:
+		sentinel = gym.ErrInvalidArgument
+	default:
+		return fmt.Errorf("%s %s: %s", op, path, resp.Err)
+	}
+	return fmt.Errorf("%s %s: %s: %w", op, path, resp.Err, sentinel)
+}
+
+// Exec runs one command; see sandbox.Sandbox.Exec.
+func (c *Client) Exec(ctx context.Context, req sandbox.ExecRequest) (sandbox.ExecResult, error) {
+	resp, err := c.call(ctx, request{
+		Op:         opExec,
+		Argv:       req.Argv,
+		Dir:        req.Dir,
+		Env:        req.Env,
+		TimeoutMS:  req.Timeout.Milliseconds(),
+		MaxOutput:  req.MaxOutput,
+		Background: req.Background,
+		Stdin:      req.Stdin,
+	})
+	if err != nil {
+		return sandbox.ExecResult{}, err
+	}
+	if err := respErr("exec", firstArg(req.Argv), resp); err != nil {
+		return sandbox.ExecResult{}, err
+	}
+	return sandbox.ExecResult{
+		ExitCode:      resp.ExitCode,
+		Stdout:        resp.Stdout,
+		Stderr:        resp.Stderr,
+		StdoutDropped: resp.StdoutDropped,
+		StderrDropped: resp.StderrDropped,
+		TimedOut:      resp.TimedOut,
+		Signal:        resp.Signal,
+		OOMKilled:     resp.OOMKilled,
+		PID:           resp.PID,
+		Duration:      time.Duration(resp.DurationNS),
+	}, nil
+}
+
+func firstArg(argv []string) string {
+	if len(argv) == 0 {
+		return ""
+	}
+	return argv[0]
+}
+
+// WriteFile writes data to path, creating parents; see sandbox.Sandbox.
+func (c *Client) WriteFile(ctx context.Context, path string, data []byte, mode fs.FileMode) error {
+	if data == nil {
+		data = []byte{}
+	}
+	resp, err := c.call(ctx, request{Op: opWrite, Path: path, Data: data, Mode: uint32(mode.Perm())})
+	if err != nil {
+		return err
+	}
+	return respErr("write", path, resp)
+}
+
+// ReadFile reads at most maxBytes of path; see sandbox.Sandbox.
+func (c *Client) ReadFile(ctx context.Context, path string, maxBytes int64) ([]byte, error) {
+	resp, err := c.call(ctx, request{Op: opRead, Path: path, MaxBytes: maxBytes})
+	if err != nil {
+		return nil, err
+	}
+	return resp.Data, respErr("read", path, resp)
+}
+
+// ListDir lists a directory, sorted by name.
+func (c *Client) ListDir(ctx context.Context, path string) ([]sandbox.DirEntry, error) {
+	resp, err := c.call(ctx, request{Op: opList, Path: path})
+	if err != nil {
+		return nil, err
+	}
+	if err := respErr("list", path, resp); err != nil {
+		return nil, err
+	}
+	out := make([]sandbox.DirEntry, len(resp.Entries))
+	for i, e := range resp.Entries {
+		out[i] = sandbox.DirEntry{Name: e.Name, IsDir: e.IsDir, Size: e.Size, Mode: fs.FileMode(e.Mode)}
+	}
+	return out, nil
+}
+
+// Remove deletes path recursively; a missing path is not an error.
+func (c *Client) Remove(ctx context.Context, path string) error {
+	resp, err := c.call(ctx, request{Op: opRemove, Path: path})
+	if err != nil {
+		return err
+	}
+	return respErr("remove", path, resp)
+}
+
+// KillAll kills every process the executor started, and inside a container
+// every process but the container's machinery.
+func (c *Client) KillAll(ctx context.Context) error {
+	resp, err := c.call(ctx, request{Op: opKillAll})
+	if err != nil {
+		return err
+	}
+	return respErr("killall", "", resp)
+}
+
+// Ping checks that the executor answers.
+func (c *Client) Ping(ctx context.Context) error {
+	_, err := c.call(ctx, request{Op: opPing})
+	return err
+}

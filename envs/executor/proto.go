@@ -1,0 +1,121 @@
+package executor
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+
+	"github.com/vmihailenco/msgpack/v5"
+)
+
+// MaxFrame is the largest frame either side accepts.
+const MaxFrame = 64 << 20
+
+// Operations.
+const (
+	opExec    = "exec"
+	opWrite   = "write"
+	opRead    = "read"
+	opList    = "list"
+	opRemove  = "remove"
+	opKillAll = "killall"
+	opPing    = "ping"
+	opCancel  = "cancel"
+)
+
+// Error kinds carried on the wire; the client maps them to sandbox errors.
+const (
+	kindNotExist = "not_exist"
+	kindIsDir    = "is_dir"
+	kindNotDir   = "not_dir"
+	kindTooLarge = "too_large"
+	kindInvalid  = "invalid"
+	kindOther    = "other"
+)
+
+// request is one frame from the client.
+type request struct {
+	ID         uint64   `msgpack:"id"`
+	Op         string   `msgpack:"op"`
+	Argv       []string `msgpack:"argv,omitempty"`
+	Dir        string   `msgpack:"dir,omitempty"`
+	Env        []string `msgpack:"env,omitempty"`
+	TimeoutMS  int64    `msgpack:"timeout_ms,omitempty"`
+	MaxOutput  int      `msgpack:"max_output,omitempty"`
+	Background bool     `msgpack:"background,omitempty"`
+	Stdin      []byte   `msgpack:"stdin,omitempty"`
+	Path       string   `msgpack:"path,omitempty"`
+	Data       []byte   `msgpack:"data,omitempty"`
+	Mode       uint32   `msgpack:"mode,omitempty"`
+	MaxBytes   int64    `msgpack:"max_bytes,omitempty"`
+	// Target is the id of the request a cancel op cancels.
+	Target uint64 `msgpack:"target,omitempty"`
+}
+
+// response is one frame from the executor.
+type response struct {
+	ID            uint64  `msgpack:"id"`
+	ErrKind       string  `msgpack:"err_kind,omitempty"`
+	Err           string  `msgpack:"err,omitempty"`
+	ExitCode      int     `msgpack:"exit_code"`
+	Stdout        []byte  `msgpack:"stdout,omitempty"`
+	Stderr        []byte  `msgpack:"stderr,omitempty"`
+	StdoutDropped int64   `msgpack:"stdout_dropped,omitempty"`
+	StderrDropped int64   `msgpack:"stderr_dropped,omitempty"`
+	TimedOut      bool    `msgpack:"timed_out,omitempty"`
+	Signal        string  `msgpack:"signal,omitempty"`
+	OOMKilled     bool    `msgpack:"oom_killed,omitempty"`
+	PID           int     `msgpack:"pid,omitempty"`
+	DurationNS    int64   `msgpack:"duration_ns,omitempty"`
+	Data          []byte  `msgpack:"data,omitempty"`
+	Entries       []entry `msgpack:"entries,omitempty"`
+}
+
+// entry is one directory entry on the wire.
+type entry struct {
+	Name  string `msgpack:"name"`
+	IsDir bool   `msgpack:"is_dir"`
+	Size  int64  `msgpack:"size"`
+	Mode  uint32 `msgpack:"mode"`
+}
+
+// errFrameTooLarge is returned for a frame over MaxFrame.
+var errFrameTooLarge = errors.New("frame too large")
+
+// readFrame reads one frame into v.
+func readFrame(r io.Reader, v any) error {
+	var hdr [4]byte
+	if _, err := io.ReadFull(r, hdr[:]); err != nil {
+		return err
+	}
+	n := binary.BigEndian.Uint32(hdr[:])
+	if n > MaxFrame {
+		return fmt.Errorf("%w: %d bytes", errFrameTooLarge, n)
+	}
+	buf := make([]byte, n)
+	if _, err := io.ReadFull(r, buf); err != nil {
+		if err == io.EOF {
+			err = io.ErrUnexpectedEOF
+		}
+		return err
+	}
+	if err := msgpack.Unmarshal(buf, v); err != nil {
+		return fmt.Errorf("decode frame: %w", err)
+	}
+	return nil
+}
+
+// appendFrame encodes v as a frame.
+func encodeFrame(v any) ([]byte, error) {
+	body, err := msgpack.Marshal(v)
+	if err != nil {
+		return nil, err
+	}
+	if len(body) > MaxFrame {
+		return nil, fmt.Errorf("%w: %d bytes", errFrameTooLarge, len(body))
+	}
+	out := make([]byte, 4, 4+len(body))
+	binary.BigEndian.PutUint32(out, uint32(len(body)))
+	return append(out, body...), nil
+}

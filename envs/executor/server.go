@@ -1,0 +1,458 @@
+package executor
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"io/fs"
+	"log/slog"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// defaultMaxOutput is the per-stream output cap when a request gives none.
+const defaultMaxOutput = 64 << 10
+
+// waitDelay bounds how long a finished command's output pipes are drained
+// when a process it left behind keeps them open (e.g. `server &`).
+const waitDelay = 500 * time.Millisecond
+
+// Options configure Serve.
+type Options struct {
+	// WorkDir resolves relative paths and is the default command directory.
+	WorkDir string
+	// Container says the executor runs inside a sandbox container: KillAll
+	// then kills every process except the container's own machinery. Never
+	// set it on a host.
+	Container bool
+	// Logger receives diagnostics; nil discards them.
+	Logger *slog.Logger
+}
+
+// Main is the entry of the executor binary; args[0] is the mode:
+//
+//	serve [--workdir DIR] [--container]   answer requests on stdin/stdout
+//	idle                                   block until SIGTERM or SIGINT
+//
+// It returns the process exit code.
+func Main(args []string) int {
+	if len(args) == 0 {
+		fmt.Fprintln(os.Stderr, "executor: usage: serve [--workdir DIR] [--container] | idle")
+		return 2
+	}
+	switch args[0] {
+	case "idle":
+		ch := make(chan os.Signal, 1)
+		signal.Notify(ch, syscall.SIGTERM, syscall.SIGINT)
+		<-ch
+		return 0
+	case "serve":
+		fs := flag.NewFlagSet("executor serve", flag.ContinueOnError)
+		workdir := fs.String("workdir", "", "working directory for relative paths and commands")
+		container := fs.Bool("container", false, "running inside a sandbox container")
+		if err := fs.Parse(args[1:]); err != nil {
+			return 2
+		}
+		if *workdir == "" {
+			*workdir, _ = os.Getwd()
+		}
+		logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+		ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
+		defer stop()
+		if err := Serve(ctx, os.Stdin, os.Stdout, Options{WorkDir: *workdir, Container: *container, Logger: logger}); err != nil {
+			logger.Error("executor stopped", "err", err)
+			return 1
+		}
+		return 0
+	}
+	fmt.Fprintf(os.Stderr, "executor: unknown mode %q\n", args[0])
+	return 2
+}
+
+// server is the state of one Serve call.
+type server struct {
+	opts Options
+	log  *slog.Logger
+
+	// wmu guards w.
+	wmu sync.Mutex
+	w   *bufio.Writer
+
+	// mu guards the fields below.
+	mu sync.Mutex
+	// groups are the process groups of every command started, background
+	// or not, that may still have members.
+	groups map[int]bool
+	// running cancels in-flight exec requests by request id.
+	running map[uint64]context.CancelFunc
+}
+
+// Serve answers requests read from r, writing responses to w, until r ends
+// or ctx is cancelled. It returns nil when r ends cleanly.
+func Serve(ctx context.Context, r io.Reader, w io.Writer, opts Options) error {
+	log := opts.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	s := &server{opts: opts, log: log, w: bufio.NewWriter(w), groups: map[int]bool{}, running: map[uint64]context.CancelFunc{}}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	br := bufio.NewReader(r)
+	for {
+		var req request
+		if err := readFrame(br, &req); err != nil {
+			if errors.Is(err, io.EOF) {
+				return nil
+			}
+			return fmt.Errorf("read request: %w", err)
+		}
+		if ctx.Err() != nil {
+			return nil
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s.reply(s.handle(ctx, req))
+		}()
+	}
+}
+
+func (s *server) reply(resp response) {
+	b, err := encodeFrame(resp)
+	if err != nil {
+		b, _ = encodeFrame(response{ID: resp.ID, ErrKind: kindOther, Err: "encode response: " + err.Error()})
+	}
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	if _, err := s.w.Write(b); err == nil {
+		_ = s.w.Flush()
+	}
+}
+
+func (s *server) handle(ctx context.Context, req request) response {
+	switch req.Op {
+	case opPing:
+		return response{ID: req.ID}
+	case opExec:
+		return s.exec(ctx, req)
+	case opCancel:
+		s.mu.Lock()
+		if c := s.running[req.Target]; c != nil {
+			c()
+		}
+		s.mu.Unlock()
+		return response{ID: req.ID}
+	case opWrite:
+		return errResponse(req.ID, s.write(req))
+	case opRead:
+		data, err := s.read(req)
+		resp := errResponse(req.ID, err)
+		resp.Data = data
+		return resp
+	case opList:
+		ents, err := s.list(req)
+		resp := errResponse(req.ID, err)
+		resp.Entries = ents
+		return resp
+	case opRemove:
+		if req.Path == "" {
+			return response{ID: req.ID, ErrKind: kindInvalid, Err: "remove: empty path"}
+		}
+		return errResponse(req.ID, os.RemoveAll(s.abs(req.Path)))
+	case opKillAll:
+		s.killAll()
+		return response{ID: req.ID}
+	}
+	return response{ID: req.ID, ErrKind: kindInvalid, Err: fmt.Sprintf("unknown op %q", req.Op)}
+}
+
+// abs resolves p against the working directory.
+func (s *server) abs(p string) string {
+	if p == "" {
+		return s.opts.WorkDir
+	}
+	if filepath.IsAbs(p) {
+		return filepath.Clean(p)
+	}
+	return filepath.Join(s.opts.WorkDir, p)
+}
+
+func (s *server) exec(ctx context.Context, req request) response {
+	if len(req.Argv) == 0 {
+		return response{ID: req.ID, ErrKind: kindInvalid, Err: "exec: empty argv"}
+	}
+	maxOut := req.MaxOutput
+	if maxOut <= 0 {
+		maxOut = defaultMaxOutput
+	}
+	cmd := exec.Command(req.Argv[0], req.Argv[1:]...)
+	cmd.Dir = s.abs(req.Dir)
+	cmd.Env = append(os.Environ(), req.Env...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if req.Background {
+		// Output is discarded (nil means /dev/null).
+		if err := cmd.Start(); err != nil {
+			return response{ID: req.ID, ErrKind: startKind(err), Err: err.Error()}
+		}
+		pid := cmd.Process.Pid
+		s.track(pid)
+		go func() { _ = cmd.Wait() }() // reap it; KillAll ends it
+		return response{ID: req.ID, PID: pid, ExitCode: -1}
+	}
+	stdout, stderr := newCapture(maxOut), newCapture(maxOut)
+	cmd.Stdout, cmd.Stderr = stdout, stderr
+	if req.Stdin != nil {
+		cmd.Stdin = bytes.NewReader(req.Stdin)
+	}
+	cmd.WaitDelay = waitDelay
+
+	cctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	if req.TimeoutMS > 0 {
+		var c2 context.CancelFunc
+		cctx, c2 = context.WithTimeout(cctx, time.Duration(req.TimeoutMS)*time.Millisecond)
+		defer c2()
+	}
+	s.mu.Lock()
+	s.running[req.ID] = cancel
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		delete(s.running, req.ID)
+		s.mu.Unlock()
+	}()
+
+	oomBefore := oomKills()
+	start := time.Now()
+	if err := cmd.Start(); err != nil {
+		return response{ID: req.ID, ErrKind: startKind(err), Err: err.Error()}
+	}
+	pid := cmd.Process.Pid
+	s.track(pid)
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	var killed bool
+	select {
+	case err := <-done:
+		_ = err
+	case <-cctx.Done():
+		killed = true
+		killTree(pid)
+		<-done
+	}
+	dur := time.Since(start)
+	resp := response{ID: req.ID, DurationNS: dur.Nanoseconds(), ExitCode: -1}
+	if st, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); ok {
+		switch {
+		case st.Exited():
+			resp.ExitCode = st.ExitStatus()
+		case st.Signaled():
+			resp.Signal = signalName(st.Signal())
+		}
+	}
+	if killed {
+		resp.ExitCode = -1
+		if resp.Signal == "" {
+			resp.Signal = signalName(syscall.SIGKILL)
+		}
+		resp.TimedOut = errors.Is(cctx.Err(), context.DeadlineExceeded)
+	}
+	if oomBefore >= 0 && oomKills() > oomBefore {
+		resp.OOMKilled = true
+	}
+	resp.Stdout, resp.StdoutDropped = stdout.bytes()
+	resp.Stderr, resp.StderrDropped = stderr.bytes()
+	return resp
+}
+
+// track remembers a process group for KillAll.
+func (s *server) track(pgid int) {
+	s.mu.Lock()
+	s.groups[pgid] = true
+	s.mu.Unlock()
+}
+
+// killAll kills every tracked process group and the descendants of this
+// executor; inside a container also every other process but PID 1, the
+// container's main process and this executor.
+func (s *server) killAll() {
+	s.mu.Lock()
+	groups := s.groups
+	s.groups = map[int]bool{}
+	s.mu.Unlock()
+	self := os.Getpid()
+	for pgid := range groups {
+		_ = syscall.Kill(-pgid, syscall.SIGKILL)
+	}
+	for _, p := range descendants(self) {
+		_ = syscall.Kill(p, syscall.SIGKILL)
+	}
+	if !s.opts.Container {
+		return
+	}
+	// Processes that escaped with setsid and a double fork belong to no
+	// tracked group and are no longer our descendants. The container's main
+	// process is the oldest child of PID 1 running this binary; it must
+	// live, or the container stops.
+	procs := listProcs()
+	exe := selfExe()
+	mainPID := 0
+	for _, p := range procs {
+		if p.ppid == 1 && p.pid != self && (mainPID == 0 || p.pid < mainPID) {
+			if e, _ := os.Readlink("/proc/" + strconv.Itoa(p.pid) + "/exe"); e == exe {
+				mainPID = p.pid
+			}
+		}
+	}
+	for _, p := range procs {
+		if p.pid == 1 || p.pid == self || p.pid == mainPID || p.ppid == 0 {
+			continue
+		}
+		_ = syscall.Kill(p.pid, syscall.SIGKILL)
+	}
+}
+
+func (s *server) write(req request) error {
+	if req.Path == "" {
+		return &kindError{kindInvalid, "write: empty path"}
+	}
+	p := s.abs(req.Path)
+	mode := fs.FileMode(req.Mode).Perm()
+	if mode == 0 {
+		mode = 0o644
+	}
+	dir := filepath.Dir(p)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	if fi, err := os.Stat(p); err == nil && fi.IsDir() {
+		return &kindError{kindIsDir, p + ": is a directory"}
+	}
+	f, err := os.CreateTemp(dir, ".gymserver-write-*")
+	if err != nil {
+		return err
+	}
+	tmp := f.Name()
+	_, werr := f.Write(req.Data)
+	cerr := f.Close()
+	if err := errors.Join(werr, cerr, os.Chmod(tmp, mode)); err != nil {
+		os.Remove(tmp)
+		return err
+	}
+	if err := os.Rename(tmp, p); err != nil {
+		os.Remove(tmp)
+		return err
+	}
+	return nil
+}
+
+func (s *server) read(req request) ([]byte, error) {
+	p := s.abs(req.Path)
+	fi, err := os.Stat(p)
+	if err != nil {
+		return nil, err
+	}
+	if fi.IsDir() {
+		return nil, &kindError{kindIsDir, p + ": is a directory"}
+	}
+	f, err := os.Open(p)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	max := req.MaxBytes
+	if max <= 0 {
+		max = MaxFrame / 2
+	}
+	data, err := io.ReadAll(io.LimitReader(f, max+1))
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(data)) > max {
+		return data[:max], &kindError{kindTooLarge, fmt.Sprintf("%s: larger than %d bytes", p, max)}
+	}
+	return data, nil
+}
+
+func (s *server) list(req request) ([]entry, error) {
+	ents, err := os.ReadDir(s.abs(req.Path))
+	if err != nil {
+		return nil, err
+	}
+	out := make([]entry, 0, len(ents))
+	for _, e := range ents {
+		ent := entry{Name: e.Name(), IsDir: e.IsDir()}
+		if fi, err := e.Info(); err == nil {
+			ent.Size = fi.Size()
+			ent.Mode = uint32(fi.Mode())
+		}
+		out = append(out, ent)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out, nil
+}
+
+// kindError is an error with a wire kind.
+type kindError struct {
+	kind, msg string
+}
+
+func (e *kindError) Error() string { return e.msg }
+
+// errResponse turns err into a response with its wire kind.
+func errResponse(id uint64, err error) response {
+	if err == nil {
+		return response{ID: id}
+	}
+	var ke *kindError
+	switch {
+	case errors.As(err, &ke):
+		return response{ID: id, ErrKind: ke.kind, Err: ke.msg}
+	case errors.Is(err, fs.ErrNotExist):
+		return response{ID: id, ErrKind: kindNotExist, Err: err.Error()}
+	case errors.Is(err, syscall.ENOTDIR):
+		return response{ID: id, ErrKind: kindNotDir, Err: err.Error()}
+	case errors.Is(err, syscall.EISDIR):
+		return response{ID: id, ErrKind: kindIsDir, Err: err.Error()}
+	}
+	return response{ID: id, ErrKind: kindOther, Err: err.Error()}
+}
+
+// startKind classifies a failure to start a command.
+func startKind(err error) string {
+	if errors.Is(err, fs.ErrNotExist) {
+		return kindNotExist
+	}
+	return kindOther
+}
+
+func signalName(sig syscall.Signal) string {
+	switch sig {
+	case syscall.SIGKILL:
+		return "SIGKILL"
+	case syscall.SIGTERM:
+		return "SIGTERM"
+	case syscall.SIGSEGV:
+		return "SIGSEGV"
+	case syscall.SIGABRT:
+		return "SIGABRT"
+	case syscall.SIGINT:
+		return "SIGINT"
+	case syscall.SIGPIPE:
+		return "SIGPIPE"
+	}
+	return "signal " + strconv.Itoa(int(sig))
+}

@@ -1,0 +1,425 @@
+package envs
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"path"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/gymserver/gymserver/envs/sandbox"
+	"github.com/gymserver/gymserver/gym"
+)
+
+// closeTimeout bounds the removal of a sandbox on Close, which runs on a
+// fresh context because the caller's may already be cancelled.
+const closeTimeout = 30 * time.Second
+
+// readFileLimit is the most read_file fetches from the sandbox; what the
+// agent sees is further cut to the environment's max output.
+const readFileLimit = 4 << 20
+
+// session is one episode of a TaskEnv.
+type session struct {
+	env   *TaskEnv
+	id    string
+	sb    sandbox.Sandbox
+	start time.Time
+
+	// cancelMu guards cancelStep.
+	cancelMu   sync.Mutex
+	cancelStep context.CancelFunc
+
+	// mu serialises calls and guards the fields below.
+	mu               sync.Mutex
+	steps            int
+	actions          int
+	done             bool
+	reason           gym.TerminationReason
+	agentDone        bool
+	agentDoneMessage string
+	eval             *gym.Evaluation
+	closed           bool
+	result           gym.Result
+	endTime          time.Time
+}
+
+var _ gym.Session = (*session)(nil)
+
+func (s *session) ID() string { return s.id }
+
+// initial returns the reset observation.
+func (s *session) initial() gym.Reset {
+	e := s.env
+	var msgs []gym.Message
+	if e.systemPrompt != "" {
+		msgs = append(msgs, gym.Message{Role: gym.RoleSystem, Content: e.systemPrompt})
+	}
+	msgs = append(msgs, gym.Message{Role: gym.RoleUser, Content: e.cfg.Prompt})
+	return gym.Reset{
+		SessionID:    s.id,
+		EnvID:        e.cfg.ID,
+		TaskID:       e.cfg.ID,
+		SystemPrompt: e.systemPrompt,
+		Prompt:       e.cfg.Prompt,
+		Tools:        e.tools,
+		Messages:     msgs,
+		Limits:       e.limits(),
+	}
+}
+
+// deadline is when the episode's global timeout passes; zero means never.
+func (s *session) deadline() time.Time {
+	if g := s.env.cfg.Timeouts.Global; g > 0 {
+		return s.start.Add(g)
+	}
+	return time.Time{}
+}
+
+// Step runs the action's tool calls in order.
+func (s *session) Step(ctx context.Context, a gym.Action) (gym.StepResult, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	s.cancelMu.Lock()
+	s.cancelStep = cancel
+	s.cancelMu.Unlock()
+
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed || s.done {
+		return gym.StepResult{}, fmt.Errorf("session %s: step: episode ended (%s): %w", s.id, s.reason, gym.ErrEpisodeDone)
+	}
+	s.steps++
+	res := gym.StepResult{Info: gym.StepInfo{Step: s.steps}}
+
+	runCtx := ctx
+	if d := s.deadline(); !d.IsZero() {
+		var cancelRun context.CancelFunc
+		runCtx, cancelRun = context.WithDeadline(ctx, d)
+		defer cancelRun()
+	}
+
+	if len(a.ToolCalls) == 0 {
+		msg := "No tool was called. Call one of the tools: " + strings.Join(toolNames(s.env.tools), ", ") + "."
+		res.Observation.Text = msg
+		res.Info.Calls = nil
+		// A turn without a tool call is an agent error, not a lost step.
+		res.Observation.Messages = []gym.Message{}
+		res.Info.Calls = []gym.CallInfo{{ExitCode: -1, ErrorClass: gym.ClassAgent, Error: "no tool call"}}
+	}
+	var texts []string
+	for i, call := range a.ToolCalls {
+		if call.ID == "" {
+			call.ID = fmt.Sprintf("call_%d_%d", s.steps, i)
+		}
+		if call.Type == "" {
+			call.Type = "function"
+		}
+		var out string
+		var info gym.CallInfo
+		switch {
+		case s.done:
+			out = "Not executed: the episode already ended (" + string(s.reason) + ")."
+			info = gym.CallInfo{ID: call.ID, Name: call.Function.Name, ExitCode: -1, ErrorClass: gym.ClassEpisodeDone, Error: "episode ended"}
+		case s.env.cfg.MaxActions > 0 && s.actions >= s.env.cfg.MaxActions:
+			s.end(gym.ReasonMaxActions)
+			out = fmt.Sprintf("Not executed: the action limit (%d) was reached.", s.env.cfg.MaxActions)
+			info = gym.CallInfo{ID: call.ID, Name: call.Function.Name, ExitCode: -1, ErrorClass: gym.ClassAgent, Error: "action limit reached"}
+		case runCtx.Err() != nil && ctx.Err() == nil:
+			s.end(gym.ReasonTimeout)
+			out = "Not executed: the episode's time limit passed."
+			info = gym.CallInfo{ID: call.ID, Name: call.Function.Name, ExitCode: -1, ErrorClass: gym.ClassToolTimeout, Error: "episode timeout"}
+		default:
+			s.actions++
+			out, info = s.call(runCtx, call)
+			if ctx.Err() != nil {
+				return gym.StepResult{}, fmt.Errorf("session %s: step %d: %w", s.id, s.steps, ctx.Err())
+			}
+			switch {
+			case info.ErrorClass == gym.ClassSandbox:
+				s.end(gym.ReasonSandboxError)
+			case runCtx.Err() != nil:
+				s.end(gym.ReasonTimeout)
+			case s.env.cfg.MaxActions > 0 && s.actions >= s.env.cfg.MaxActions && !s.done:
+				s.end(gym.ReasonMaxActions)
+			}
+		}
+		res.Info.Calls = append(res.Info.Calls, info)
+		res.Observation.Messages = append(res.Observation.Messages, gym.Message{
+			Role: gym.RoleTool, Content: out, ToolCallID: call.ID, Name: call.Function.Name,
+		})
+		if len(a.ToolCalls) > 1 {
+			texts = append(texts, fmt.Sprintf("[%s %s]\n%s", call.Function.Name, call.ID, out))
+		} else {
+			texts = append(texts, out)
+		}
+	}
+	if len(a.ToolCalls) > 0 {
+		res.Observation.Text = strings.Join(texts, "\n\n")
+	}
+	res.Info.Actions = s.actions
+	res.Info.AgentDone = s.agentDone
+	if s.done {
+		ev, err := s.evaluate(ctx)
+		if err != nil {
+			return gym.StepResult{}, err
+		}
+		res.Reward = ev.Reward
+		res.Terminated = !s.reason.Truncation()
+		res.Truncated = s.reason.Truncation()
+		res.Info.TerminationReason = s.reason
+		res.Info.Evaluation = &ev
+	}
+	return res, nil
+}
+
+// end marks the episode ended for reason, keeping the first reason.
+func (s *session) end(reason gym.TerminationReason) {
+	if s.done {
+		return
+	}
+	s.done = true
+	s.reason = reason
+	s.endTime = time.Now()
+}
+
+// call runs one tool call and returns the text the agent sees.
+func (s *session) call(ctx context.Context, call gym.ToolCall) (string, gym.CallInfo) {
+	start := time.Now()
+	info := gym.CallInfo{ID: call.ID, Name: call.Function.Name, ExitCode: -1}
+	out, err := s.dispatch(ctx, call, &info)
+	info.Duration = gym.Duration(time.Since(start))
+	if err != nil {
+		class := gym.ClassOf(err)
+		if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+			class = gym.ClassToolTimeout
+			err = fmt.Errorf("stopped: the episode's time limit passed")
+		}
+		if class == gym.ClassInternal {
+			class = gym.ClassAgent
+		}
+		info.ErrorClass = class
+		info.Error = err.Error()
+		if class == gym.ClassSandbox {
+			out = "Error: the sandbox failed: " + err.Error()
+		} else {
+			out = "Error: " + err.Error()
+		}
+	}
+	return out, info
+}
+
+// dispatch runs one tool. Errors are classified: agent errors are the
+// agent's fault, sandbox errors end the episode.
+func (s *session) dispatch(ctx context.Context, call gym.ToolCall, info *gym.CallInfo) (string, error) {
+	cfg := s.env.cfg
+	switch call.Function.Name {
+	case gym.ToolExecuteCommand:
+		var args gym.ExecuteCommandArgs
+		if err := decodeArgs(call, &args); err != nil {
+			return "", err
+		}
+		if strings.TrimSpace(args.Command) == "" {
+			return "", gym.Errorf(gym.ClassAgent, "execute_command: command is empty")
+		}
+		if args.Timeout < 0 {
+			return "", gym.Errorf(gym.ClassAgent, "execute_command: timeout must not be negative")
+		}
+		timeout := cfg.Timeouts.Command
+		if args.Timeout > 0 {
+			if t := time.Duration(args.Timeout * float64(time.Second)); timeout == 0 || t < timeout {
+				timeout = t
+			}
+		}
+		req := sandbox.ExecRequest{
+			Argv:       []string{"/bin/sh", "-c", args.Command},
+			Dir:        s.resolve(args.WorkingDirectory),
+			Timeout:    timeout,
+			MaxOutput:  cfg.MaxOutput,
+			Background: args.Background,
+		}
+		r, err := s.sb.Exec(ctx, req)
+		if err != nil {
+			return "", err
+		}
+		info.ExitCode = r.ExitCode
+		info.OutputDropped = r.StdoutDropped + r.StderrDropped
+		if args.Background {
+			return fmt.Sprintf("Started in the background (pid %d). Its output is discarded; redirect it to a file to keep it. Background processes are stopped before evaluation.", r.PID), nil
+		}
+		text := formatExec(r, req.MaxOutput)
+		switch {
+		case r.TimedOut:
+			info.ErrorClass = gym.ClassToolTimeout
+			info.Error = fmt.Sprintf("timed out after %s; the command and its children were killed", timeout)
+			text = "Timed out after " + timeout.String() + "; the command and its children were killed.\n" + text
+		case r.OOMKilled:
+			info.ErrorClass = gym.ClassAgent
+			info.Error = "killed: out of memory"
+			text = "Killed: the sandbox ran out of memory.\n" + text
+		}
+		return text, nil
+
+	case gym.ToolWriteFile:
+		var args gym.WriteFileArgs
+		if err := decodeArgs(call, &args); err != nil {
+			return "", err
+		}
+		if args.Filepath == "" {
+			return "", gym.Errorf(gym.ClassAgent, "write_file: filepath is empty")
+		}
+		p := s.resolve(args.Filepath)
+		if err := s.sb.WriteFile(ctx, p, []byte(args.Content), 0o644); err != nil {
+			return "", fileError("write_file", p, err)
+		}
+		info.ExitCode = 0
+		return fmt.Sprintf("Wrote %d bytes to %s.", len(args.Content), p), nil
+
+	case gym.ToolReadFile:
+		var args gym.ReadFileArgs
+		if err := decodeArgs(call, &args); err != nil {
+			return "", err
+		}
+		if args.Filepath == "" {
+			return "", gym.Errorf(gym.ClassAgent, "read_file: filepath is empty")
+		}
+		p := s.resolve(args.Filepath)
+		data, err := s.sb.ReadFile(ctx, p, readFileLimit)
+		if err != nil && !errors.Is(err, sandbox.ErrTooLarge) {
+			return "", fileError("read_file", p, err)
+		}
+		info.ExitCode = 0
+		text, dropped := capMiddle(string(data), cfg.MaxOutput)
+		info.OutputDropped = int64(dropped)
+		if errors.Is(err, sandbox.ErrTooLarge) {
+			text += fmt.Sprintf("\n[file longer than %d bytes; only the start was read]", readFileLimit)
+		}
+		return text, nil
+
+	case gym.ToolMarkDone:
+		var args gym.MarkDoneArgs
+		if err := decodeArgs(call, &args); err != nil {
+			return "", err
+		}
+		s.agentDone = true
+		s.agentDoneMessage = args.Message
+		s.end(gym.ReasonCompleted)
+		info.ExitCode = 0
+		return "Marked done. The episode is over; the tests will now run.", nil
+	}
+	return "", gym.Errorf(gym.ClassAgent, "unknown tool %q; available tools: %s",
+		call.Function.Name, strings.Join(toolNames(s.env.tools), ", "))
+}
+
+// decodeArgs parses a call's JSON arguments into v. An empty string counts
+// as an empty object, as some models send it for tools without parameters.
+func decodeArgs(call gym.ToolCall, v any) error {
+	raw := strings.TrimSpace(call.Function.Arguments)
+	if raw == "" {
+		raw = "{}"
+	}
+	if err := json.Unmarshal([]byte(raw), v); err != nil {
+		return gym.Errorf(gym.ClassAgent, "%s: arguments are not a valid JSON object of the tool's parameters: %v", call.Function.Name, err)
+	}
+	return nil
+}
+
+// fileError turns a sandbox file error into what the agent sees.
+func fileError(tool, p string, err error) error {
+	switch {
+	case errors.Is(err, sandbox.ErrNotExist):
+		return gym.Errorf(gym.ClassAgent, "%s: %s: no such file or directory", tool, p)
+	case errors.Is(err, sandbox.ErrIsDir):
+		return gym.Errorf(gym.ClassAgent, "%s: %s: is a directory", tool, p)
+	case errors.Is(err, sandbox.ErrNotDir):
+		return gym.Errorf(gym.ClassAgent, "%s: %s: a parent is not a directory", tool, p)
+	case gym.ClassOf(err) == gym.ClassSandbox:
+		return err
+	}
+	return gym.Classify(fmt.Errorf("%s: %s: %w", tool, p, err), gym.ClassAgent)
+}
+
+// resolve makes p absolute against the working directory.
+func (s *session) resolve(p string) string {
+	if p == "" {
+		return s.env.cfg.WorkingDirectory
+	}
+	if path.IsAbs(p) {
+		return path.Clean(p)
+	}
+	return path.Join(s.env.cfg.WorkingDirectory, p)
+}
+
+// Evaluate ends the episode if needed and runs the hidden tests once.
+func (s *session) Evaluate(ctx context.Context) (gym.Evaluation, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.eval == nil && s.closed {
+		return gym.Evaluation{}, fmt.Errorf("session %s: evaluate: closed before evaluation: %w", s.id, gym.ErrEpisodeDone)
+	}
+	s.end(gym.ReasonEvaluated)
+	return s.evaluate(ctx)
+}
+
+// evaluate runs the tests once; s.mu must be held.
+func (s *session) evaluate(ctx context.Context) (gym.Evaluation, error) {
+	if s.eval != nil {
+		return *s.eval, nil
+	}
+	ev, err := s.env.evaluate(ctx, s.sb)
+	if err != nil {
+		return gym.Evaluation{}, fmt.Errorf("session %s: evaluate: %w", s.id, err)
+	}
+	s.eval = &ev
+	s.env.log.Info("session evaluated", "session_id", s.id, "reward", ev.Reward,
+		"passed", ev.Passed, "total", ev.Total, "reason", s.reason, "error_class", ev.ErrorClass)
+	return ev, nil
+}
+
+// Close ends the episode, removes the sandbox and returns the result.
+func (s *session) Close(ctx context.Context) (gym.Result, error) {
+	s.cancelMu.Lock()
+	if s.cancelStep != nil {
+		s.cancelStep()
+	}
+	s.cancelMu.Unlock()
+
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return s.result, nil
+	}
+	s.closed = true
+	s.end(gym.ReasonClosed)
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), closeTimeout)
+	defer cancel()
+	err := s.sb.Close(cctx)
+	s.result = gym.Result{
+		SessionID:         s.id,
+		EnvID:             s.env.cfg.ID,
+		TaskID:            s.env.cfg.ID,
+		Steps:             s.steps,
+		Actions:           s.actions,
+		TerminationReason: s.reason,
+		AgentDone:         s.agentDone,
+		Evaluation:        s.eval,
+		StartTime:         s.start,
+		EndTime:           s.endTime,
+	}
+	s.env.log.Info("session closed", "session_id", s.id, "steps", s.steps, "reason", s.reason)
+	if err != nil {
+		return s.result, gym.Classify(fmt.Errorf("session %s: close sandbox: %w", s.id, err), gym.ClassSandbox)
+	}
+	return s.result, nil
+}
+
+func toolNames(tools []gym.Tool) []string {
+	names := make([]string, len(tools))
+	for i, t := range tools {
+		names[i] = t.Function.Name
+	}
+	return names
+}

@@ -1,0 +1,127 @@
+package testresult_test
+
+import (
+	"encoding/json"
+	"flag"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/gymserver/gymserver/envs/testresult"
+	"github.com/gymserver/gymserver/gym"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files")
+
+// render is the golden form of a parse: the cases, the counts and the error.
+func render(t *testing.T, cases []gym.TestCase, err error) string {
+	t.Helper()
+	p, f, e, s := testresult.Summarize(cases)
+	out := struct {
+		Cases                           []gym.TestCase
+		Passed, Failed, Errors, Skipped int
+		Err                             string `json:",omitempty"`
+	}{cases, p, f, e, s, ""}
+	if err != nil {
+		out.Err = err.Error()
+	}
+	b, merr := json.MarshalIndent(out, "", "  ")
+	if merr != nil {
+		t.Fatal(merr)
+	}
+	return string(b) + "\n"
+}
+
+func golden(t *testing.T, path, got string) {
+	t.Helper()
+	if *update {
+		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (run with -update to create it)", err)
+	}
+	if diff := cmp.Diff(string(want), got); diff != "" {
+		t.Errorf("%s mismatch (-want +got):\n%s", path, diff)
+	}
+}
+
+func TestParseJUnitGolden(t *testing.T) {
+	files, _ := filepath.Glob("testdata/*.xml")
+	if len(files) < 4 {
+		t.Fatalf("found %d junit files", len(files))
+	}
+	for _, f := range files {
+		t.Run(filepath.Base(f), func(t *testing.T) {
+			data, err := os.ReadFile(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			cases, err := testresult.ParseJUnit(data)
+			golden(t, strings.TrimSuffix(f, ".xml")+".junit.golden", render(t, cases, err))
+		})
+	}
+}
+
+func TestParsePytestGolden(t *testing.T) {
+	files, _ := filepath.Glob("testdata/*.txt")
+	if len(files) < 3 {
+		t.Fatalf("found %d pytest outputs", len(files))
+	}
+	for _, f := range files {
+		t.Run(filepath.Base(f), func(t *testing.T) {
+			data, err := os.ReadFile(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			golden(t, strings.TrimSuffix(f, ".txt")+".pytest.golden", render(t, testresult.ParsePytest(string(data)), nil))
+		})
+	}
+}
+
+// TestJUnitAndPytestAgree checks that the two parsers give the same
+// verdicts for the same real pytest run.
+func TestJUnitAndPytestAgree(t *testing.T) {
+	for _, name := range []string{"pytest_calculator", "pytest_mixed", "pytest_collect_error"} {
+		t.Run(name, func(t *testing.T) {
+			xmlData, err := os.ReadFile("testdata/" + name + ".xml")
+			if err != nil {
+				t.Fatal(err)
+			}
+			text, err := os.ReadFile("testdata/" + name + ".txt")
+			if err != nil {
+				t.Fatal(err)
+			}
+			j, err := testresult.ParseJUnit(xmlData)
+			if err != nil {
+				t.Fatal(err)
+			}
+			p := testresult.ParsePytest(string(text))
+			jp, jf, je, _ := testresult.Summarize(j)
+			pp, pf, pe, _ := testresult.Summarize(p)
+			if jp != pp || jf != pf || je != pe || jp+jf+je == 0 {
+				t.Errorf("junit %d/%d/%d, pytest %d/%d/%d (passed/failed/errors)", jp, jf, je, pp, pf, pe)
+			}
+		})
+	}
+}
+
+func TestParsePytestIgnoresLookalikes(t *testing.T) {
+	// Lines before the summary header are test output, not verdicts.
+	out := "PASSED tests/test_x.py::test_fake\n" +
+		"=========================== short test summary info ============================\n" +
+		"FAILED tests/test_x.py::test_real - assert 0\n" +
+		"============================== 1 failed in 0.01s ===============================\n" +
+		"PASSED tests/test_x.py::test_after\n"
+	got := testresult.ParsePytest(out)
+	want := []gym.TestCase{{Name: "tests/test_x.py::test_real", Status: gym.TestFailed, Message: "assert 0"}}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("(-want +got):\n%s", diff)
+	}
+}

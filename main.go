@@ -1,0 +1,69 @@
+// Command gymserver is a Gym-style environment server for training LLM agents
+// with reinforcement learning: Docker sandboxes driven over a WebSocket +
+// msgpack protocol, rewards from hidden unit tests, and a built-in LLM policy
+// driver that runs whole episodes.
+//
+// Usage:
+//
+//	gymserver serve    --config CONFIG.json [--addr 127.0.0.1:8080] [--token T]
+//	gymserver rollout  CONFIG.json [--policy llm|oracle|replay:FILE] [--output results.json]
+//	gymserver validate CONFIG.json [--solve] [--json]
+//	gymserver image build [REF]
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/gymserver/gymserver/envs/executor"
+)
+
+// executorCommand is the hidden subcommand that runs the in-sandbox
+// executor; the Docker backend copies this binary into every sandbox.
+const executorCommand = "__executor"
+
+func main() {
+	if len(os.Args) > 1 && os.Args[1] == executorCommand {
+		os.Exit(executor.Main(os.Args[2:]))
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	os.Exit(run(ctx, os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// run dispatches a subcommand and returns the process exit code.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		usage(stderr)
+		return 2
+	}
+	switch args[0] {
+	case "validate":
+		return runValidate(ctx, args[1:], stdout, stderr)
+	case "image":
+		return runImage(ctx, args[1:], stdout, stderr)
+	case "help", "-h", "-help", "--help":
+		usage(stdout)
+		return 0
+	}
+	fmt.Fprintf(stderr, "gymserver: unknown command %q\n", args[0])
+	usage(stderr)
+	return 2
+}
+
+func usage(w io.Writer) {
+	fmt.Fprint(w, `gymserver: a Gym-style environment server for LLM agents
+
+Commands:
+  serve     --config CONFIG.json    serve the environments over WebSocket (/v1/ws)
+  rollout   CONFIG.json             run episodes with an LLM (or oracle/replay) policy
+  validate  CONFIG.json             check a config; --solve proves the reference solution
+  image     build [REF]             build the registry-free base image (debootstrap)
+
+Run "gymserver COMMAND -h" for a command's flags.
+`)
+}
