@@ -310,4 +310,12 @@ type Turn struct {
 	Usage   Usage   `json:"usage"`
 	// Raw is the provider's raw response text, when kept.
 	Raw string `json:"raw,omitempty"`
+	// FinishReason is the provider's reason for ending the answer
+	// ("stop", "tool_calls", "length", "content_filter"), when known.
+	FinishReason string `json:"finish_reason,omitempty"`
+	// ParseError is set by text-mode policies when the model attempted a
+	// tool call in its text that could not be parsed; Message then has no
+	// tool calls. It is written for the agent: a driver can send it back
+	// as the next user message instead of ending the episode.
+	ParseError string `json:"parse_error,omitempty"`
 }

@@ -1,0 +1,254 @@
+package docker_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"sort"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/filters"
+	"github.com/docker/docker/client"
+	"github.com/docker/docker/errdefs"
+	"github.com/docker/docker/pkg/stdcopy"
+
+	"github.com/gymserver/gymserver/envs/baseimage"
+	"github.com/gymserver/gymserver/envs/docker"
+	"github.com/gymserver/gymserver/envs/sandbox"
+	"github.com/gymserver/gymserver/envs/sandbox/sandboxtest"
+)
+
+// newProvider returns a provider on the local Docker Engine with the
+// executor built from this tree; it is closed when the test ends, and the
+// test fails if a container of its owner remains.
+func newProvider(t testing.TB) (*docker.Provider, *client.Client) {
+	t.Helper()
+	bin := sandboxtest.ExecutorBinary(t)
+	cli, err := client.NewClientWithOpts(client.FromEnv, client.WithAPIVersionNegotiation())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	p, err := docker.New(ctx, docker.Options{
+		ExecutorBinary: bin,
+		Client:         cli,
+		BuildBase: func(ctx context.Context, ref string) error {
+			return baseimage.Build(ctx, cli, ref, os.Stderr)
+		},
+	})
+	if err != nil {
+		t.Fatalf("docker provider: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := p.Close(ctx); err != nil {
+			t.Errorf("close provider: %v", err)
+		}
+		list, err := cli.ContainerList(ctx, container.ListOptions{All: true,
+			Filters: filters.NewArgs(filters.Arg("label", sandbox.LabelOwner+"="+p.Owner()))})
+		if err != nil || len(list) > 0 {
+			t.Errorf("containers left after close: %d (%v)", len(list), err)
+		}
+	})
+	return p, cli
+}
+
+// TestConformance runs the whole sandbox conformance suite on the real
+// Docker Engine.
+func TestConformance(t *testing.T) {
+	p, cli := newProvider(t)
+	sandboxtest.Run(t, sandboxtest.Suite{
+		Provider:  p,
+		BaseImage: baseimage.Python,
+		Processes: true,
+		Gone: func(ctx context.Context, id string) (bool, error) {
+			_, err := cli.ContainerInspect(ctx, id)
+			if errdefs.IsNotFound(err) {
+				return true, nil
+			}
+			return false, err
+		},
+	})
+}
+
+// TestContainerHardening checks the container's settings as the Engine
+// reports them.
+func TestContainerHardening(t *testing.T) {
+	p, cli := newProvider(t)
+	ctx := t.Context()
+	image, err := p.Prepare(ctx, sandbox.ImageSpec{BaseImage: baseimage.Python, WorkDir: "/workspace"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sb, err := p.Create(ctx, sandbox.Spec{Image: image, WorkDir: "/workspace",
+		Labels:    map[string]string{sandbox.LabelSession: "s-test", sandbox.LabelTask: "t"},
+		Resources: sandbox.Resources{MemoryBytes: 256 << 20, CPUs: 0.5, PIDs: 100}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sb.Close(context.Background())
+	info, err := cli.ContainerInspect(ctx, sb.ID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	hc := info.HostConfig
+	if hc.NetworkMode != "none" || hc.Privileged || hc.Memory != 256<<20 || hc.NanoCPUs != 5e8 ||
+		hc.PidsLimit == nil || *hc.PidsLimit != 100 {
+		t.Errorf("host config: network %s privileged %v memory %d cpus %d pids %v", hc.NetworkMode, hc.Privileged, hc.Memory, hc.NanoCPUs, hc.PidsLimit)
+	}
+	if len(hc.CapDrop) != 1 || hc.CapDrop[0] != "ALL" || len(hc.Binds) != 0 {
+		t.Errorf("cap drop %v binds %v", hc.CapDrop, hc.Binds)
+	}
+	opts := append([]string(nil), hc.SecurityOpt...)
+	sort.Strings(opts)
+	if len(opts) == 0 || opts[0] != "no-new-privileges" && opts[0] != "no-new-privileges:true" {
+		t.Errorf("security options %v", opts)
+	}
+	if info.Config.User == "" || info.Config.User == "root" || info.Config.User == "0" {
+		t.Errorf("user %q", info.Config.User)
+	}
+	l := info.Config.Labels
+	if l[sandbox.LabelOwner] != p.Owner() || l[sandbox.LabelSession] != "s-test" || l[sandbox.LabelTask] != "t" || l[sandbox.LabelLease] == "" {
+		t.Errorf("labels %v", l)
+	}
+}
+
+// TestReapDeadOwner checks that a new provider removes the containers of
+// an owner process that is gone and of an expired lease, and leaves alone
+// those of a live owner on another host.
+func TestReapDeadOwner(t *testing.T) {
+	p, cli := newProvider(t)
+	ctx := t.Context()
+	image, err := p.Prepare(ctx, sandbox.ImageSpec{BaseImage: baseimage.Python, WorkDir: "/workspace"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A process that has exited gives a pid that is (almost surely) free.
+	dead := exec.Command("true")
+	if err := dead.Run(); err != nil {
+		t.Fatal(err)
+	}
+	host, _ := os.Hostname()
+	mk := func(labels map[string]string) string {
+		resp, err := cli.ContainerCreate(ctx, &container.Config{Image: image, Cmd: []string{"sleep", "600"}, Labels: labels}, nil, nil, nil, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = cli.ContainerRemove(context.Background(), resp.ID, container.RemoveOptions{Force: true}) })
+		return resp.ID
+	}
+	deadOwner := mk(map[string]string{sandbox.LabelOwner: fmt.Sprintf("%s:%d:test", host, dead.Process.Pid)})
+	expired := mk(map[string]string{sandbox.LabelOwner: "other-host:1:test", sandbox.LabelLease: "1000"})
+	alive := mk(map[string]string{sandbox.LabelOwner: "other-host:1:test",
+		sandbox.LabelLease: strconv.FormatInt(time.Now().Add(time.Hour).Unix(), 10)})
+	if err := p.Reap(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for name, id := range map[string]string{"dead owner": deadOwner, "expired lease": expired} {
+		if _, err := cli.ContainerInspect(ctx, id); !errdefs.IsNotFound(err) {
+			t.Errorf("%s: container still there after reap (%v)", name, err)
+		}
+	}
+	if _, err := cli.ContainerInspect(ctx, alive); err != nil {
+		t.Errorf("live owner's container was reaped: %v", err)
+	}
+}
+
+// BenchmarkExecEcho measures `echo hi` through the executor beside a plain
+// Docker API exec (create, attach, inspect) of the same command in the same
+// container. Run: go test -run '^$' -bench ExecEcho ./envs/docker/
+func BenchmarkExecEcho(b *testing.B) {
+	p, cli := newProvider(b)
+	ctx := context.Background()
+	image, err := p.Prepare(ctx, sandbox.ImageSpec{BaseImage: baseimage.Python, WorkDir: "/workspace"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	sb, err := p.Create(ctx, sandbox.Spec{Image: image, WorkDir: "/workspace"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer sb.Close(ctx)
+
+	b.Run("executor", func(b *testing.B) {
+		lat := make([]time.Duration, 0, b.N)
+		for b.Loop() {
+			start := time.Now()
+			r, err := sb.Exec(ctx, sandbox.ExecRequest{Argv: []string{"echo", "hi"}, Timeout: 10 * time.Second})
+			if err != nil || string(r.Stdout) != "hi\n" {
+				b.Fatalf("exec: %+v %v", r, err)
+			}
+			lat = append(lat, time.Since(start))
+		}
+		report(b, lat)
+	})
+	// The transport alone: a request that starts no process.
+	b.Run("executor_read_file", func(b *testing.B) {
+		if err := sb.WriteFile(ctx, "hi.txt", []byte("hi\n"), 0o644); err != nil {
+			b.Fatal(err)
+		}
+		lat := make([]time.Duration, 0, b.N)
+		for b.Loop() {
+			start := time.Now()
+			data, err := sb.ReadFile(ctx, "hi.txt", 100)
+			if err != nil || string(data) != "hi\n" {
+				b.Fatalf("read: %q %v", data, err)
+			}
+			lat = append(lat, time.Since(start))
+		}
+		report(b, lat)
+	})
+	b.Run("docker_api_exec", func(b *testing.B) {
+		lat := make([]time.Duration, 0, b.N)
+		for b.Loop() {
+			start := time.Now()
+			out, err := dockerExec(ctx, cli, sb.ID(), []string{"echo", "hi"})
+			if err != nil || out != "hi\n" {
+				b.Fatalf("docker exec: %q %v", out, err)
+			}
+			lat = append(lat, time.Since(start))
+		}
+		report(b, lat)
+	})
+}
+
+// dockerExec runs argv the plain way: exec create, attach, read to EOF,
+// inspect for the exit code.
+func dockerExec(ctx context.Context, cli *client.Client, id string, argv []string) (string, error) {
+	ex, err := cli.ContainerExecCreate(ctx, id, container.ExecOptions{Cmd: argv, AttachStdout: true, AttachStderr: true})
+	if err != nil {
+		return "", err
+	}
+	att, err := cli.ContainerExecAttach(ctx, ex.ID, container.ExecAttachOptions{})
+	if err != nil {
+		return "", err
+	}
+	defer att.Close()
+	var out, errOut stringWriter
+	if _, err := stdcopy.StdCopy(&out, &errOut, att.Reader); err != nil && err != io.EOF {
+		return "", err
+	}
+	if _, err := cli.ContainerExecInspect(ctx, ex.ID); err != nil {
+		return "", err
+	}
+	return string(out), nil
+}
+
+type stringWriter []byte
+
+func (w *stringWriter) Write(p []byte) (int, error) { *w = append(*w, p...); return len(p), nil }
+
+// report adds the median and 99th percentile latencies to the benchmark
+// output.
+func report(b *testing.B, lat []time.Duration) {
+	if len(lat) == 0 {
+		return
+	}
+	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
+	b.ReportMetric(float64(lat[len(lat)/2].Microseconds())/1000, "p50_ms")
+	b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds())/1000, "p99_ms")
+}

@@ -1,0 +1,134 @@
+package policy
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"time"
+)
+
+// Mode selects how tools are offered to the model.
+type Mode string
+
+// The modes.
+const (
+	// ModeNative uses the endpoint's function calling ("tools" in the
+	// request, "tool_calls" in the answer).
+	ModeNative Mode = "native"
+	// ModeReAct describes the tools in the system prompt and parses
+	// "Action:"/"Action Input:" lines (or Hermes <tool_call> blocks, or a
+	// JSON call) from the model's text. Tool results are sent back as user
+	// messages starting with "Observation".
+	ModeReAct Mode = "react"
+)
+
+// Config configures an LLM policy. Start from DefaultConfig: zero values
+// mean "off" or "not sent", not "default".
+type Config struct {
+	// Model is the model id, as the endpoint names it.
+	Model string
+	// APIKey is sent as a bearer token; empty sends none (local servers).
+	APIKey string
+	// BaseURL is the API root that "/chat/completions" is appended to. It
+	// is used exactly as given.
+	BaseURL string
+	// Temperature is the sampling temperature, in [0, 2]. 0 is sent as 0.
+	Temperature float64
+	// MaxTokens bounds the tokens of one answer; 0 leaves it to the
+	// endpoint.
+	MaxTokens int
+	// Timeout bounds one API call (one attempt); 0 means no bound besides
+	// the caller's context.
+	Timeout time.Duration
+	// MaxContextMessages bounds the number of messages sent; older turns
+	// are dropped whole. 0 sends the whole transcript.
+	MaxContextMessages int
+	// MaxOutputLength bounds the bytes of each tool result sent to the
+	// model; longer results keep their head and tail. 0 sends them whole.
+	MaxOutputLength int
+	// MaxRetries is the number of retries of a failed call after the first
+	// attempt; 0 disables retries.
+	MaxRetries int
+	// RetryBaseDelay is the backoff before the first retry; it doubles on
+	// each retry, with jitter, up to RetryMaxDelay.
+	RetryBaseDelay time.Duration
+	// RetryMaxDelay caps the backoff. A Retry-After longer than this ends
+	// the call rather than blocking the episode.
+	RetryMaxDelay time.Duration
+	// Mode is ModeNative or ModeReAct; empty means ModeNative.
+	Mode Mode
+	// Logger receives retry warnings and per-call debug records; nil
+	// discards them.
+	Logger *slog.Logger
+}
+
+// The defaults, matching the flags of the Real Work framework.
+const (
+	DefaultModel       = "anthropic/claude-sonnet-4"
+	DefaultBaseURL     = "https://openrouter.ai/api/v1"
+	DefaultTemperature = 0.7
+	DefaultMaxTokens   = 4096
+	DefaultTimeout     = 60 * time.Second
+	DefaultMaxRetries  = 3
+)
+
+// DefaultConfig returns the default configuration. It is the one place that
+// holds the defaults; callers set APIKey and override what they need.
+func DefaultConfig() Config {
+	return Config{
+		Model:          DefaultModel,
+		BaseURL:        DefaultBaseURL,
+		Temperature:    DefaultTemperature,
+		MaxTokens:      DefaultMaxTokens,
+		Timeout:        DefaultTimeout,
+		MaxRetries:     DefaultMaxRetries,
+		RetryBaseDelay: time.Second,
+		RetryMaxDelay:  time.Minute,
+		Mode:           ModeNative,
+	}
+}
+
+// Validate reports every problem of c, joined.
+func (c Config) Validate() error {
+	var errs []error
+	if c.Model == "" {
+		errs = append(errs, errors.New("model is empty"))
+	}
+	if u, err := url.Parse(c.BaseURL); err != nil {
+		errs = append(errs, fmt.Errorf("base url: %w", err))
+	} else if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		errs = append(errs, fmt.Errorf("base url %q: want an absolute http or https url", c.BaseURL))
+	}
+	if c.Temperature < 0 || c.Temperature > 2 {
+		errs = append(errs, fmt.Errorf("temperature %v: want a value in [0, 2]", c.Temperature))
+	}
+	for _, f := range []struct {
+		name string
+		v    int64
+	}{
+		{"max tokens", int64(c.MaxTokens)},
+		{"timeout", int64(c.Timeout)},
+		{"max context messages", int64(c.MaxContextMessages)},
+		{"max output length", int64(c.MaxOutputLength)},
+		{"max retries", int64(c.MaxRetries)},
+		{"retry base delay", int64(c.RetryBaseDelay)},
+		{"retry max delay", int64(c.RetryMaxDelay)},
+	} {
+		if f.v < 0 {
+			errs = append(errs, fmt.Errorf("%s is negative", f.name))
+		}
+	}
+	if c.MaxRetries > 0 && c.RetryMaxDelay < c.RetryBaseDelay {
+		errs = append(errs, fmt.Errorf("retry max delay %s is below the base delay %s", c.RetryMaxDelay, c.RetryBaseDelay))
+	}
+	switch c.Mode {
+	case "", ModeNative, ModeReAct:
+	default:
+		errs = append(errs, fmt.Errorf("mode %q is unknown (want %s or %s)", c.Mode, ModeNative, ModeReAct))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("llm policy config: %w", err)
+	}
+	return nil
+}

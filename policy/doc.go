@@ -1,0 +1,25 @@
+// Package policy provides gym.Policy implementations: an LLM driver for any
+// OpenAI-compatible chat-completions endpoint (OpenRouter, vLLM, OpenAI),
+// and scripted policies that replay fixed tool calls without a network.
+//
+// The LLM policy sends the transcript and the environment's tools and turns
+// the answer into a gym.Turn. In native mode the endpoint's function calling
+// is used and tool calls come back structured; their arguments are kept
+// exactly as the model wrote them, even when they are not valid JSON, so that
+// the environment can answer with an agent_error observation. In ReAct mode,
+// for endpoints without function calling, the tools are described in the
+// system prompt and the calls are parsed from the model's text with
+// gym/toolparse.
+//
+// Transient API failures (429, 5xx, network errors, timeouts) are retried
+// with exponential backoff and jitter, honouring Retry-After; other failures
+// end the call at once. Errors that remain are classified gym.ClassPolicy.
+//
+// Before each call the transcript may be trimmed to a number of messages
+// (on turn boundaries, keeping the system prompt and the task) and long tool
+// outputs may be cut in the middle; both only change what the model is sent,
+// never the caller's transcript. No responses are cached: sampling the same
+// prompt twice is what a trainer asks for.
+//
+// All policies are safe for concurrent use by many episodes.
+package policy
