@@ -26,7 +26,10 @@ type Trajectory struct {
 	// calls and raw arguments) and tool messages.
 	Messages []Message `json:"messages"`
 	Tools    []Tool    `json:"tools,omitempty"`
-	Usage    Usage     `json:"usage"`
+	// Turns holds one entry per policy call, in order, with its token
+	// usage; Usage is their sum.
+	Turns []TrajectoryTurn `json:"turns,omitempty"`
+	Usage Usage            `json:"usage"`
 	// Evaluation has the per-test results.
 	Evaluation *Evaluation `json:"evaluation,omitempty"`
 	// Plugins holds outputs of plugins by plugin name.
@@ -50,6 +53,11 @@ type TrajectoryAction struct {
 	Content  string   `json:"content"`
 	Timeout  float64  `json:"timeout,omitempty"`
 	ToolCall ToolCall `json:"tool_call"`
+	// Turn is the 1-based index of the policy turn that made the call.
+	Turn int `json:"turn,omitempty"`
+	// OriginalToolCall is the call as the policy made it, when a filter
+	// changed it before it ran; ToolCall is what ran.
+	OriginalToolCall *ToolCall `json:"original_tool_call,omitempty"`
 }
 
 // TrajectoryResult is the seed's result record plus classification.
@@ -60,6 +68,25 @@ type TrajectoryResult struct {
 	ExitCode   int        `json:"exit_code"`
 	ErrorClass ErrorClass `json:"error_class,omitempty"`
 	Error      string     `json:"error,omitempty"`
+	// Blocked is true when a filter refused the call: it did not run and
+	// Output says why.
+	Blocked bool `json:"blocked,omitempty"`
+}
+
+// TrajectoryTurn is one call of the policy.
+type TrajectoryTurn struct {
+	// Turn is the 1-based index of the call in the episode.
+	Turn int `json:"turn"`
+	// MessageIndex is the index in Messages of the assistant message the
+	// call produced; -1 when it failed.
+	MessageIndex int      `json:"message_index"`
+	Usage        Usage    `json:"usage"`
+	Duration     Duration `json:"duration"`
+	FinishReason string   `json:"finish_reason,omitempty"`
+	// ToolCalls is the number of tool calls in the answer.
+	ToolCalls  int    `json:"tool_calls"`
+	ParseError string `json:"parse_error,omitempty"`
+	Error      string `json:"error,omitempty"`
 }
 
 // EpisodeResult is the seed's episode summary plus classification.

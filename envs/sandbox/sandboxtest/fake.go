@@ -115,7 +115,7 @@ type FakeSandbox struct {
 	workdir string
 
 	// mu guards the fields below.
-	mu     sync.Mutex
+	mu    sync.Mutex
 	files map[string]*fakeFile
 	// dirs maps each directory to whether root owns it (CopyIn made it).
 	dirs   map[string]bool
