@@ -27,7 +27,7 @@ var (
 
 // subprocess starts the real executor binary on the host (never with
 // --container: it would kill host processes) and returns a client.
-func subprocess(t *testing.T) (*executor.Client, string) {
+func subprocess(t testing.TB) (*executor.Client, string) {
 	t.Helper()
 	binOnce.Do(func() {
 		dir, err := os.MkdirTemp("", "gymexec-")
@@ -341,5 +341,18 @@ func TestInProcessServe(t *testing.T) {
 	c.Close()
 	if err := <-done; err != nil {
 		t.Errorf("serve: %v", err)
+	}
+}
+
+// BenchmarkExecEchoLocal measures `echo hi` through the executor on the
+// host, without Docker: the executor's own share of a step.
+func BenchmarkExecEchoLocal(b *testing.B) {
+	c, _ := subprocess(b)
+	ctx := context.Background()
+	for b.Loop() {
+		r, err := c.Exec(ctx, sandbox.ExecRequest{Argv: []string{"echo", "hi"}})
+		if err != nil || string(r.Stdout) != "hi\n" {
+			b.Fatalf("exec: %+v %v", r, err)
+		}
 	}
 }
