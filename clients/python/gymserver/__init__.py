@@ -1,0 +1,72 @@
+"""gymserver: Python client for the gymserver environment server.
+
+Quick start (sync)::
+
+    from gymserver import Client
+    with Client("ws://127.0.0.1:8080", token=None) as client:
+        with client.reset("calculator_api", seed=7) as session:
+            print(session.prompt, [t["function"]["name"] for t in session.tools])
+            r = session.step([{"name": "execute_command", "arguments": {"command": "ls"}}])
+            print(r.observation.text)
+
+Async: :class:`AsyncClient` (many sessions on one connection, pipelined).
+Gymnasium: :mod:`gymserver.gym`. GRPO groups: :mod:`gymserver.grpo`.
+Trainer adapters: :mod:`gymserver.adapters`. Wire spec: server/wire/PROTOCOL.md.
+"""
+
+from .client import DEFAULT_PARSER, AsyncClient, AsyncSession
+from .errors import (
+    AgentError,
+    ConnectionLost,
+    EpisodeDone,
+    GymServerError,
+    InternalError,
+    InvalidArgument,
+    NotFound,
+    PolicyError,
+    ProtocolError,
+    RequestTimeout,
+    ResourceExhausted,
+    SandboxError,
+    ToolTimeout,
+    Unauthenticated,
+    Unavailable,
+    VerifierError,
+    error_from_wire,
+)
+from .results import CloseResult, Evaluation, Observation, StepResult, normalize_tool_calls
+from .sync import Client, Session
+
+#: __version__ is the client package version.
+__version__ = "0.1.0"
+
+__all__ = [
+    "AsyncClient",
+    "AsyncSession",
+    "Client",
+    "Session",
+    "StepResult",
+    "Observation",
+    "Evaluation",
+    "CloseResult",
+    "normalize_tool_calls",
+    "DEFAULT_PARSER",
+    "GymServerError",
+    "AgentError",
+    "ToolTimeout",
+    "SandboxError",
+    "VerifierError",
+    "PolicyError",
+    "InvalidArgument",
+    "NotFound",
+    "EpisodeDone",
+    "ResourceExhausted",
+    "Unavailable",
+    "Unauthenticated",
+    "InternalError",
+    "ConnectionLost",
+    "RequestTimeout",
+    "ProtocolError",
+    "error_from_wire",
+    "__version__",
+]

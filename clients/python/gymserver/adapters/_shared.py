@@ -1,0 +1,96 @@
+"""Connections shared by the adapters: one sync Client per (url, token) per process, one AsyncClient per event loop."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+import weakref
+from typing import Any, Dict, Optional, Tuple
+
+from ..client import AsyncClient
+from ..sync import Client
+
+__all__ = ["resolve", "shared_client", "shared_async_client", "close_shared", "close_shared_async", "Scalar", "as_tensor"]
+
+_lock = threading.Lock()
+# _clients guards nothing by itself; _lock guards it.
+_clients: Dict[Tuple[str, Optional[str]], Client] = {}
+_aclients: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Dict[Tuple[str, Optional[str]], AsyncClient]]" = (
+    weakref.WeakKeyDictionary()
+)
+_alocks: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock]" = weakref.WeakKeyDictionary()
+
+
+def resolve(url: Optional[str] = None, token: Optional[str] = None) -> Tuple[str, Optional[str]]:
+    """resolve fills url and token from ``GYMSERVER_URL`` / ``GYMSERVER_TOKEN`` when not given."""
+    u = url or os.environ.get("GYMSERVER_URL")
+    if not u:
+        raise ValueError("gymserver adapter: no server URL (pass url= or set GYMSERVER_URL)")
+    return u, token if token is not None else (os.environ.get("GYMSERVER_TOKEN") or None)
+
+
+def shared_client(url: Optional[str] = None, token: Optional[str] = None) -> Client:
+    """shared_client returns the process-wide sync Client for (url, token), reconnecting a lost one."""
+    key = resolve(url, token)
+    with _lock:
+        c = _clients.get(key)
+        if c is None or not c.connected:
+            if c is not None:
+                c.close()
+            c = Client(key[0], token=key[1])
+            _clients[key] = c
+        return c
+
+
+async def shared_async_client(url: Optional[str] = None, token: Optional[str] = None) -> AsyncClient:
+    """shared_async_client returns the AsyncClient for (url, token) on the running loop, connecting it on first use."""
+    key = resolve(url, token)
+    loop = asyncio.get_running_loop()
+    per_loop = _aclients.get(loop)
+    if per_loop is None:
+        per_loop = _aclients[loop] = {}
+    lock = _alocks.get(loop)
+    if lock is None:
+        lock = _alocks[loop] = asyncio.Lock()
+    async with lock:
+        c = per_loop.get(key)
+        if c is None or not c.connected:
+            c = AsyncClient(key[0], token=key[1])
+            await c.connect()
+            per_loop[key] = c
+        return c
+
+
+async def close_shared_async() -> None:
+    """close_shared_async closes the running loop's shared AsyncClients (call it before the loop ends)."""
+    per_loop = _aclients.pop(asyncio.get_running_loop(), {})
+    for c in per_loop.values():
+        await c.close()
+
+
+def close_shared() -> None:
+    """close_shared closes the shared sync clients (the async ones die with their loops)."""
+    with _lock:
+        clients = list(_clients.values())
+        _clients.clear()
+    for c in clients:
+        c.close()
+
+
+class Scalar(float):
+    """Scalar is a float with ``.item()``, for trainers that expect a tensor-like reward."""
+
+    def item(self) -> float:
+        """item returns the value as a plain float."""
+        return float(self)
+
+
+def as_tensor(value: float) -> Any:
+    """as_tensor returns ``torch.tensor(value)`` when torch is importable, else a :class:`Scalar`."""
+    try:
+        import torch
+
+        return torch.tensor(float(value))
+    except ImportError:
+        return Scalar(value)

@@ -1,0 +1,317 @@
+"""The synchronous client: the async client driven from a private event loop thread.
+
+:class:`Client` owns one background thread running one asyncio loop with one
+:class:`~gymserver.client.AsyncClient`. Every call is submitted to that loop
+with :func:`asyncio.run_coroutine_threadsafe`, so a Client is safe to use
+from several threads at once (their requests are pipelined on the one
+connection) and from code that is already inside a running event loop
+(a Jupyter cell, an async trainer calling sync env code): the caller's loop
+is never touched.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import threading
+from typing import Any, Awaitable, Dict, List, Mapping, Optional, TypeVar, Union
+
+from .client import _NOT_SET, CLIENT_NAME, DEFAULT_PARSER, AsyncClient, AsyncSession
+from .errors import ConnectionLost
+from .results import Action, CloseResult, Evaluation, Message, StepResult
+
+__all__ = ["Client", "Session"]
+
+T = TypeVar("T")
+
+
+class Session:
+    """Session is the synchronous view of one episode; see :class:`~gymserver.client.AsyncSession`.
+
+    Attributes mirror the reset result: ``id``, ``env``, ``task``,
+    ``system_prompt``, ``prompt``, ``tools``, ``limits``, ``messages`` (the
+    running transcript). Use it as a context manager to close it on exit.
+    """
+
+    def __init__(self, client: "Client", inner: AsyncSession) -> None:
+        self._client = client
+        self._inner = inner
+
+    def __repr__(self) -> str:
+        return f"Session(id={self.id!r}, env={self.env!r}, task={self.task!r})"
+
+    @property
+    def id(self) -> str:
+        """id is the server's session id."""
+        return self._inner.id
+
+    @property
+    def env(self) -> str:
+        """env is the environment id."""
+        return self._inner.env
+
+    @property
+    def task(self) -> str:
+        """task is the task id."""
+        return self._inner.task
+
+    @property
+    def system_prompt(self) -> str:
+        """system_prompt is the environment's system prompt."""
+        return self._inner.system_prompt
+
+    @property
+    def prompt(self) -> str:
+        """prompt is the task prompt."""
+        return self._inner.prompt
+
+    @property
+    def tools(self) -> List[Dict[str, Any]]:
+        """tools are the OpenAI tool schemas the agent may call."""
+        return self._inner.tools
+
+    @property
+    def limits(self) -> Dict[str, Any]:
+        """limits are the episode bounds: max_actions, global_timeout, command_timeout."""
+        return self._inner.limits
+
+    @property
+    def messages(self) -> List[Message]:
+        """messages is the running chat transcript (initial messages plus every step)."""
+        return self._inner.messages
+
+    @property
+    def initial_messages(self) -> List[Message]:
+        """initial_messages is the transcript the reset returned."""
+        return self._inner.initial_messages
+
+    @property
+    def done(self) -> bool:
+        """done reports whether the episode has ended (or the session is closed)."""
+        return self._inner.done
+
+    @property
+    def last(self) -> Optional[StepResult]:
+        """last is the most recent step result, None before the first step."""
+        return self._inner.last
+
+    @property
+    def raw(self) -> Dict[str, Any]:
+        """raw is the full reset result map."""
+        return self._inner.raw
+
+    @property
+    def async_session(self) -> AsyncSession:
+        """async_session is the underlying :class:`AsyncSession` (use it on :attr:`Client.loop` only)."""
+        return self._inner
+
+    def step(self, action: Union[Action, None] = None, *, parser: Optional[str] = None, timeout: Optional[float] = _NOT_SET) -> StepResult:
+        """step applies one action (raw text or tool calls); see :meth:`AsyncSession.step`."""
+        return self._client._run(self._inner.step(action, parser=parser, timeout=timeout))
+
+    def evaluate(self, *, timeout: Optional[float] = _NOT_SET) -> Evaluation:
+        """evaluate ends the episode and returns the hidden tests' verdict (idempotent)."""
+        return self._client._run(self._inner.evaluate(timeout=timeout))
+
+    def close(self) -> CloseResult:
+        """close ends the episode and removes the sandbox (idempotent)."""
+        if self._inner.closed:
+            return self._inner._closed  # type: ignore[return-value]
+        if self._client._loop_gone():
+            return CloseResult(session_id=self.id, env=self.env, task=self.task, termination_reason="connection_lost")
+        return self._client._run(self._inner.close())
+
+    def __enter__(self) -> "Session":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+class Client:
+    """Client is a synchronous, thread-safe connection to a gymserver.
+
+    It takes the same arguments as :class:`~gymserver.client.AsyncClient`
+    and connects in the constructor. Use it as a context manager, or call
+    :meth:`close` when done (it closes open sessions, the connection and the
+    loop thread).
+    """
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        token: Optional[str] = None,
+        connect_timeout: float = 30.0,
+        request_timeout: Optional[float] = None,
+        ping_interval: Optional[float] = 20.0,
+        ping_timeout: Optional[float] = 20.0,
+        parser: str = DEFAULT_PARSER,
+        client_name: str = CLIENT_NAME,
+    ) -> None:
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="gymserver-client", daemon=True)
+        self._thread.start()
+        self._closed = False
+        self._lock = threading.Lock()
+        self._aclient = AsyncClient(
+            url,
+            token=token,
+            connect_timeout=connect_timeout,
+            request_timeout=request_timeout,
+            ping_interval=ping_interval,
+            ping_timeout=ping_timeout,
+            parser=parser,
+            client_name=client_name,
+        )
+        try:
+            self._run(self._aclient.connect())
+        except BaseException:
+            self._stop_loop()
+            raise
+
+    def __repr__(self) -> str:
+        return f"Client(url={self.url!r}, connected={self.connected})"
+
+    @property
+    def url(self) -> str:
+        """url is the server's WebSocket URL."""
+        return self._aclient.url
+
+    @property
+    def connected(self) -> bool:
+        """connected reports whether the connection is open and usable."""
+        return not self._closed and self._aclient.connected
+
+    @property
+    def server_info(self) -> Dict[str, Any]:
+        """server_info is the hello result received when connecting."""
+        return self._aclient.server_info
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop:
+        """loop is the client's private event loop (running in its own thread)."""
+        return self._loop
+
+    @property
+    def async_client(self) -> AsyncClient:
+        """async_client is the underlying :class:`AsyncClient`; only use it on :attr:`loop`."""
+        return self._aclient
+
+    def run(self, coro: Awaitable[T]) -> T:
+        """run executes a coroutine on the client's loop and returns its result (blocking).
+
+        Useful to drive :attr:`async_client` (for example a GRPO group) from
+        synchronous code.
+        """
+        return self._run(coro)
+
+    def submit(self, coro: Awaitable[T]) -> "concurrent.futures.Future[T]":
+        """submit schedules a coroutine on the client's loop and returns a concurrent future."""
+        if self._loop_gone():
+            raise ConnectionLost("client closed")
+        return asyncio.run_coroutine_threadsafe(coro, self._loop)  # type: ignore[arg-type]
+
+    def hello(self) -> Dict[str, Any]:
+        """hello returns the server's versions, ops, parsers, capabilities and limits."""
+        return self._run(self._aclient.hello())
+
+    def envs(self) -> List[Dict[str, Any]]:
+        """envs lists the environments with their tasks and tools."""
+        return self._run(self._aclient.envs())
+
+    def reset(
+        self,
+        env: str,
+        task: Optional[str] = None,
+        seed: Optional[int] = None,
+        options: Optional[Mapping[str, Any]] = None,
+        *,
+        replace: Optional[Union[Session, str]] = None,
+        parser: Optional[str] = None,
+        timeout: Optional[float] = _NOT_SET,
+    ) -> Session:
+        """reset starts an episode in a new session; see :meth:`AsyncClient.reset`."""
+        rep: Any = replace._inner if isinstance(replace, Session) else replace
+        inner = self._run(self._aclient.reset(env, task, seed, options, replace=rep, parser=parser, timeout=timeout))
+        return Session(self, inner)
+
+    def request(self, op: str, **fields: Any) -> Dict[str, Any]:
+        """request sends one raw request and returns its result map; see :meth:`AsyncClient.request`."""
+        return self._run(self._aclient.request(op, **fields))
+
+    def close(self) -> None:
+        """close closes the open sessions, the connection and the loop thread. Idempotent."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        try:
+            if not self._loop_gone():
+                fut = asyncio.run_coroutine_threadsafe(self._aclient.close(), self._loop)
+                try:
+                    fut.result(timeout=60)
+                except Exception:
+                    pass
+        finally:
+            self._stop_loop()
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __del__(self) -> None:  # pragma: no cover - best effort
+        try:
+            if not self._closed and self._loop.is_running():
+                self._loop.call_soon_threadsafe(self._loop.stop)
+        except Exception:
+            pass
+
+    # --- internals -------------------------------------------------------
+
+    def _loop_gone(self) -> bool:
+        return self._loop.is_closed() or not self._thread.is_alive()
+
+    def _run(self, coro: Awaitable[T]) -> T:
+        if threading.current_thread() is self._thread:
+            close = getattr(coro, "close", None)
+            if close:
+                close()
+            raise RuntimeError("gymserver.Client: blocking call from the client's own loop thread; use async_client")
+        if self._loop_gone():
+            close = getattr(coro, "close", None)
+            if close:
+                close()
+            raise ConnectionLost("client closed")
+        fut = asyncio.run_coroutine_threadsafe(coro, self._loop)  # type: ignore[arg-type]
+        try:
+            return fut.result()
+        except concurrent.futures.CancelledError as e:
+            raise ConnectionLost("request cancelled: client closed") from e
+        except KeyboardInterrupt:
+            fut.cancel()
+            raise
+
+    def _stop_loop(self) -> None:
+        if self._loop.is_closed():
+            return
+
+        async def _drain() -> None:
+            tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            for t in tasks:
+                t.cancel()
+            if tasks:
+                await asyncio.gather(*tasks, return_exceptions=True)
+
+        if self._thread.is_alive():
+            try:
+                asyncio.run_coroutine_threadsafe(_drain(), self._loop).result(timeout=10)
+            except Exception:
+                pass
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(timeout=10)
+        if not self._thread.is_alive():
+            self._loop.close()
+

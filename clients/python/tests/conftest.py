@@ -1,0 +1,209 @@
+"""Test fixtures: a fake server (in process) and the real ``gymserver serve`` with Docker.
+
+Most client tests take the ``backend`` fixture, parametrized over both, so
+every fake-backed test has a twin against the real server. The real server
+is built once per session (``CGO_ENABLED=0 go build``) and started on
+127.0.0.1:0 with a config listing both examples (absolute paths).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Dict, Iterator, List, Optional
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))  # import gymserver from source
+sys.path.insert(0, str(HERE))
+
+from fakeserver import FakeServer  # noqa: E402
+
+REPO = HERE.parent.parent.parent
+EXAMPLES = REPO / "examples"
+SOLUTION = (EXAMPLES / "calculator_api" / "solution" / "app.py").read_text()
+LISTEN_RE = re.compile(r"^listening on (\S+)$")
+
+
+@dataclass
+class Backend:
+    """Backend is a running server the tests talk to."""
+
+    kind: str  # "fake" or "live"
+    url: str
+    env: str = "calculator_api"
+    token: Optional[str] = None
+    extra: Dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def solution_path(self) -> str:
+        """solution_path is where the reference solution goes."""
+        return "/workspace/app.py" if self.kind == "live" else "app.py"
+
+
+@dataclass
+class LiveServer:
+    """LiveServer is a ``gymserver serve`` child process."""
+
+    proc: subprocess.Popen
+    addr: str
+    stderr_lines: List[str]
+
+    @property
+    def url(self) -> str:
+        """url is the server's ws:// URL."""
+        return f"ws://{self.addr}"
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 60) -> None:
+        """stop signals the server and waits for it."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+
+
+def _combined_config(tmp: Path) -> Path:
+    envs: List[Dict[str, Any]] = []
+    top: Dict[str, Any] = {}
+    for name in ("calculator_api", "fix_inventory"):
+        base = EXAMPLES / name
+        cfg = json.loads((base / "config.json").read_text())
+        if not top:
+            top = {k: v for k, v in cfg.items() if k != "environments"}
+        for env in cfg["environments"]:
+            for key in ("copy_folders", "hidden_tests"):
+                for item in env.get(key) or []:
+                    item["src"] = str(base / item["src"])
+            for item in (env.get("reference_solution") or {}).get("files") or []:
+                item["src"] = str(base / item["src"])
+            envs.append(env)
+    top["environments"] = envs
+    path = tmp / "config.json"
+    path.write_text(json.dumps(top, indent=2))
+    return path
+
+
+def start_live(binary: Path, config: Path, *extra: str, timeout: float = 120) -> LiveServer:
+    """start_live starts ``gymserver serve`` on a free port and waits for its listening line."""
+    proc = subprocess.Popen(
+        [str(binary), "serve", "--config", str(config), "--addr", "127.0.0.1:0", *extra],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=str(REPO),
+    )
+    lines: List[str] = []
+    found: List[str] = []
+    ready = threading.Event()
+
+    def _pump() -> None:
+        assert proc.stderr is not None
+        for line in proc.stderr:
+            line = line.rstrip("\n")
+            lines.append(line)
+            m = LISTEN_RE.match(line)
+            if m and not found:
+                found.append(m.group(1))
+                ready.set()
+        ready.set()
+
+    threading.Thread(target=_pump, daemon=True).start()
+    ready.wait(timeout)
+    if not found:
+        proc.kill()
+        proc.wait(10)
+        raise RuntimeError("gymserver serve did not report its address:\n" + "\n".join(lines[-30:]))
+    return LiveServer(proc=proc, addr=found[0], stderr_lines=lines)
+
+
+def _docker_leftovers() -> List[str]:
+    out = subprocess.run(
+        ["docker", "ps", "-a", "-q", "--filter", "label=gymserver.owner"], capture_output=True, text=True, timeout=60
+    )
+    return out.stdout.split()
+
+
+@pytest.fixture(scope="session")
+def live_env() -> Iterator[Dict[str, Path]]:
+    """live_env builds the gymserver binary and the combined config, or skips the live tests."""
+    mode = os.environ.get("GYMSERVER_LIVE", "auto")
+    if mode == "0":
+        pytest.skip("GYMSERVER_LIVE=0")
+
+    def unavailable(why: str) -> None:
+        if mode == "1":
+            pytest.fail(f"live server unavailable: {why}")
+        pytest.skip(f"live server unavailable: {why}")
+
+    if shutil.which("go") is None or shutil.which("docker") is None:
+        unavailable("go or docker not on PATH")
+    tmp = Path(tempfile.mkdtemp(prefix="gymserver-pytest-"))
+    binary = tmp / "gymserver"
+    env = dict(os.environ, CGO_ENABLED="0")
+    build = subprocess.run(["go", "build", "-o", str(binary), str(REPO)], cwd=str(REPO), env=env, capture_output=True, text=True, timeout=600)
+    if build.returncode != 0:
+        unavailable("go build failed:\n" + build.stderr[-2000:])
+    probe = subprocess.run([str(binary), "serve", "-h"], capture_output=True, text=True, timeout=30)
+    if "unknown command" in (probe.stdout + probe.stderr):
+        unavailable("this gymserver has no serve command yet")
+    try:
+        yield {"binary": binary, "config": _combined_config(tmp), "tmp": tmp}
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def live_server(live_env: Dict[str, Path]) -> Iterator[LiveServer]:
+    """live_server is one real server shared by the session's live tests."""
+    srv = start_live(live_env["binary"], live_env["config"])
+    try:
+        yield srv
+    finally:
+        srv.stop()
+        deadline = time.monotonic() + 60
+        left = _docker_leftovers()
+        while left and time.monotonic() < deadline:
+            time.sleep(0.5)
+            left = _docker_leftovers()
+        assert not left, f"containers labelled gymserver.owner left behind: {left}"
+
+
+@pytest.fixture(scope="session")
+def fake_server() -> Iterator[FakeServer]:
+    """fake_server is the in-process toy server."""
+    srv = FakeServer().start()
+    yield srv
+    srv.stop()
+
+
+@pytest.fixture(params=["fake", "live"])
+def backend(request: pytest.FixtureRequest) -> Backend:
+    """backend runs the test against the fake server and against the real one."""
+    if request.param == "fake":
+        srv = request.getfixturevalue("fake_server")
+        return Backend("fake", srv.url)
+    live = request.getfixturevalue("live_server")
+    return Backend("live", live.url)
+
+
+def write_solution_call(b: Backend, call_id: str = "w1") -> Dict[str, Any]:
+    """write_solution_call is the OpenAI tool call writing the reference solution."""
+    return {
+        "id": call_id,
+        "type": "function",
+        "function": {"name": "write_file", "arguments": json.dumps({"filepath": b.solution_path, "content": SOLUTION})},
+    }

@@ -1,0 +1,234 @@
+"""Trainer adapters, driven the way each trainer drives them, against both backends."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from types import SimpleNamespace
+from typing import Any, Dict, List
+
+import pytest
+
+from gymserver.adapters import _shared
+from conftest import SOLUTION, Backend
+
+
+def solution_text(b: Backend) -> str:
+    return '<tool_call>%s</tool_call>' % json.dumps({"name": "write_file", "arguments": {"filepath": b.solution_path, "content": SOLUTION}})
+
+
+DONE = '<tool_call>{"name": "mark_done", "arguments": {}}</tool_call>'
+
+
+class CharTokenizer:
+    """CharTokenizer is a toy HF-like tokenizer: one token per character."""
+
+    def apply_chat_template(self, messages: List[Dict[str, Any]], tools: Any = None, add_generation_prompt: bool = False, tokenize: bool = True, **kw: Any) -> List[int]:
+        text = "".join(f"<{m.get('role', 'system')}>{m.get('content', '')}" for m in messages)
+        if add_generation_prompt:
+            text += "<assistant>"
+        return [ord(c) for c in text]
+
+    def decode(self, ids: List[int], skip_special_tokens: bool = True) -> str:
+        return "".join(chr(i) for i in ids)
+
+    def __call__(self, text: str, add_special_tokens: bool = False, return_tensors: Any = None) -> Dict[str, List[int]]:
+        return {"input_ids": [ord(c) for c in text]}
+
+
+@pytest.fixture(autouse=True)
+def _fresh_shared_clients() -> Any:
+    yield
+    _shared.close_shared()
+
+
+def test_verl_agent_loop(backend: Backend) -> None:
+    from gymserver.adapters.verl import GymServerAgentLoop
+
+    tok = CharTokenizer()
+    script = [solution_text(backend), DONE]
+
+    class ServerManager:
+        calls: List[Dict[str, Any]] = []
+
+        async def generate(self, request_id: str, *, prompt_ids: List[int], sampling_params: Dict[str, Any], image_data: Any = None) -> Any:
+            self.calls.append({"request_id": request_id, "n": len(prompt_ids)})
+            return SimpleNamespace(token_ids=[ord(c) for c in script[len(self.calls) - 1]], log_probs=None)
+
+    class Loop(GymServerAgentLoop):
+        _class_initialized = False
+
+    async def main() -> Any:
+        cfg = SimpleNamespace(config=SimpleNamespace(actor_rollout_ref=SimpleNamespace(rollout=SimpleNamespace(response_length=100000))))
+        loop = Loop(cfg, ServerManager(), tok, None, gymserver_url=backend.url, parser="hermes", max_turns=5)
+        row = {"raw_prompt": [], "extra_info": {"gymserver": {"env": backend.env, "seed": 1}}, "index": 0}
+        try:
+            return await loop.run({"temperature": 1.0}, **row)
+        finally:
+            await _shared.close_shared_async()
+
+    out = asyncio.run(main())
+    assert out.reward_score == pytest.approx(1.0)
+    assert out.extra_fields["gymserver_masked"] is False and out.extra_fields["gymserver_termination"] == "completed"
+    assert len(out.response_ids) == len(out.response_mask)
+    text = tok.decode(out.response_ids)
+    assert text.startswith(script[0]) and text.endswith(script[1])
+    # the model's tokens are trained on, the tool output is not
+    assert out.response_mask[: len(script[0])] == [1] * len(script[0])
+    assert 0 in out.response_mask and out.response_mask[-len(script[1]) :] == [1] * len(script[1])
+    assert tok.decode(out.prompt_ids).startswith("<system>")
+
+
+def test_verl_tool(backend: Backend) -> None:
+    from gymserver.adapters.verl import GymServerTool, OpenAIFunctionToolSchema
+
+    async def main() -> None:
+        from gymserver import AsyncClient
+
+        async with AsyncClient(backend.url) as c:
+            tools = {t["function"]["name"]: t for t in (await c.envs())[0]["tools"]}
+        cfg = {"gymserver_url": backend.url, "env": backend.env}
+        write = GymServerTool(cfg, OpenAIFunctionToolSchema.model_validate(tools["write_file"]))
+        done = GymServerTool(cfg, OpenAIFunctionToolSchema.model_validate(tools["mark_done"]))
+        assert write.name == "write_file"
+        # VERL's multi-turn rollout: every tool of the trajectory creates the same instance id
+        iid, _ = await write.create("traj-1")
+        await done.create("traj-1", create_kwargs={})
+        resp, r, metrics = await write.execute(iid, {"filepath": backend.solution_path, "content": SOLUTION})
+        assert resp.text and r == 0.0 and not metrics["mask"]
+        resp, r, metrics = await done.execute(iid, {})
+        assert metrics["terminated"] and r == pytest.approx(1.0)
+        assert await write.calc_reward(iid) == pytest.approx(1.0)
+        s = write.session(iid)
+        await write.release(iid)
+        assert not s.closed  # the other tool still holds it
+        await done.release(iid)
+        assert s.closed
+        await _shared.close_shared_async()
+
+    asyncio.run(main())
+
+
+def test_trl_environment_factory(backend: Backend) -> None:
+    from gymserver.adapters.trl import gymserver_reward, gymserver_reward_async, tool_env_factory
+
+    Env = tool_env_factory(url=backend.url, env=backend.env)
+    # what TRL exposes as tools: public methods except reset
+    import inspect
+
+    inst = Env()
+    tools = sorted(n for n, m in inspect.getmembers(inst, inspect.ismethod) if not n.startswith("_") and n != "reset")
+    assert tools == ["execute_command", "mark_done", "read_file", "write_file"]
+    for n in tools:
+        assert "Args:" in getattr(Env, n).__doc__ or n == "mark_done"
+    envs = [inst, Env(), Env()]
+    for e in envs:
+        assert e.reset(prompt="p") is None
+    envs[0].write_file(backend.solution_path, SOLUTION)
+    assert "Marked" in envs[0].mark_done() or envs[0].done
+    envs[1].write_file(backend.solution_path, SOLUTION)  # not marked done: evaluated by the reward function
+    assert "hi" in envs[2].execute_command("echo hi")
+    rewards = gymserver_reward(["c0", "c1", "c2"], environments=envs)
+    assert rewards[0] == pytest.approx(1.0) and rewards[1] == pytest.approx(1.0) and rewards[2] == pytest.approx(0.0)
+    # async variant, batched
+    for e in envs:
+        e.reset(task=None)
+    envs[2].write_file(backend.solution_path, SOLUTION)
+    rewards = asyncio.run(gymserver_reward_async(["a", "b", "c"], environments=envs))
+    assert rewards == pytest.approx([0.0, 0.0, 1.0])
+
+
+def test_skyrl_text_env(backend: Backend) -> None:
+    from gymserver.adapters.skyrl import GymServerTextEnv
+
+    env = GymServerTextEnv({"gymserver_url": backend.url, "parser": "hermes"}, {"extra_info": {"gymserver": {"env": backend.env, "seed": 2}}})
+    chat, meta = env.init([{"role": "user", "content": "dataset prompt"}])
+    assert chat[-1]["role"] == "user" and meta["session_id"] and meta["tools"]
+    out = env.step(solution_text(backend))
+    assert out["done"] is False and out["reward"] == 0.0 and out["observations"][0]["role"] == "user"
+    out = env.step(DONE)
+    assert out["done"] is True and out["reward"] == pytest.approx(1.0) and out["observations"] == []
+    env.close()
+    env.close()
+
+
+def test_openrlhf_executor(backend: Backend) -> None:
+    from gymserver.adapters.openrlhf import GymServerAgentExecutor, GymServerAgentInstance, step
+
+    script = [solution_text(backend), DONE]
+
+    class Instance(GymServerAgentInstance):
+        gymserver_url = backend.url
+
+    class Engine:
+        n = 0
+
+        async def generate(self, tokens: List[int], sampling_params: Any) -> Any:
+            text = script[self.n]
+            self.n += 1
+            return SimpleNamespace(outputs=[SimpleNamespace(token_ids=[ord(c) for c in text], text=text, logprobs=None)])
+
+    tok = CharTokenizer()
+    params = SimpleNamespace(max_tokens=64, logprobs=None)
+    label = json.dumps({"env": backend.env, "seed": 5})
+    async def run_executor() -> Any:
+        try:
+            return await GymServerAgentExecutor(Instance).execute("ignored", label, params, 10**6, tok, Engine())
+        finally:
+            await _shared.close_shared_async()
+
+    res = asyncio.run(run_executor())
+    assert res["reward"] == pytest.approx(1.0)
+    assert len(res["action_ranges"]) == 2
+    obs = "".join(chr(t) for t in res["observation_tokens"])
+    assert "<tools>" in obs and "<tool_response>" in obs
+
+    # function style: step(observation, action, label) with the text as the trajectory key
+    async def fn() -> None:
+        import os
+
+        os.environ["GYMSERVER_URL"] = backend.url
+        try:
+            r1 = await step("PROMPT", script[0], label)
+            assert r1["done"] is False and r1["next_observation"].startswith("PROMPT" + script[0])
+            r2 = await step(r1["next_observation"], script[1], label)
+            assert r2["done"] is True and r2["rewards"].item() == pytest.approx(1.0)
+        finally:
+            del os.environ["GYMSERVER_URL"]
+            await _shared.close_shared_async()
+
+    asyncio.run(fn())
+
+
+def test_llamagym_agent(backend: Backend) -> None:
+    from gymserver.adapters.llamagym import Agent, run_episode
+    from gymserver.gym import RemoteEnv
+
+    replies = [solution_text(backend), DONE]
+
+    class CalcAgent(Agent):
+        def get_system_prompt(self) -> str:
+            return "You are an engineer."
+
+        def format_observation(self, observation: Any) -> str:
+            return str(observation)
+
+        def extract_action(self, response: str) -> Any:
+            return response
+
+    seen: List[int] = []
+
+    def generate(messages: List[Dict[str, Any]]) -> str:
+        seen.append(len(messages))
+        return replies[(len(seen) - 1) % 2]
+
+    agent = CalcAgent(generate, batch_size=2)
+    env = RemoteEnv(backend.env, url=backend.url)
+    try:
+        s1 = run_episode(env, agent, seed=0)
+        assert s1["reward"] == pytest.approx(1.0) and s1["terminated"] and s1["train_stats"] == {}
+        s2 = run_episode(env, agent, seed=1)
+        assert s2["train_stats"] == {"episodes": 2, "mean_reward": pytest.approx(1.0)} and agent.train_calls == 1
+        assert seen[:2] == [2, 4]  # system + observation, then the next turn
+    finally:
+        env.close()
