@@ -1,0 +1,17 @@
+// Package gymclient is the Go client of gymserver: it speaks the WebSocket
+// + msgpack protocol of server/wire (see server/wire/PROTOCOL.md).
+//
+// A Client is one connection; it is safe for concurrent use and carries
+// many sessions at once, with pipelined requests. Remote sessions and
+// environments implement gym.Session and gym.Env, so code written against a
+// local gym.Registry (the rollout runner, for instance) runs unchanged
+// against a server:
+//
+//	c, err := gymclient.Dial(ctx, "ws://127.0.0.1:8080/v1/ws", gymclient.Options{Token: tok})
+//	reg, err := c.Registry(ctx) // a *gym.Registry of remote environments
+//
+// Errors from the server keep their class: gym.ClassOf and errors.Is with
+// the gym sentinels work on them, and errors.As gives the *Error with the
+// wire code, reason and mask hint. A lost connection fails every pending
+// and later request with an error of class unavailable.
+package gymclient

@@ -1,0 +1,418 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	gymclient "github.com/gymserver/gymserver/clients/go"
+	"github.com/gymserver/gymserver/envs"
+	"github.com/gymserver/gymserver/envs/config"
+	"github.com/gymserver/gymserver/gym"
+	"github.com/gymserver/gymserver/policy"
+	"github.com/gymserver/gymserver/policy/plugin"
+	"github.com/gymserver/gymserver/policy/rollout"
+)
+
+// API key environment variables, in the order they are consulted.
+var apiKeyVars = []string{"OPENROUTER_API_KEY", "OPENAI_API_KEY"}
+
+// rolloutFlags are the flags of `gymserver rollout`.
+type rolloutFlags struct {
+	model, apiKey, baseURL string
+	temperature            float64
+	maxTokens              int
+	timeout                secondsFlag
+	maxContext, maxOutput  int
+	output                 string
+	dryRun, quiet          bool
+	logLevel               string
+	parallel, episodes     int
+	policy                 string
+	server, token          string
+	// set holds the names of the flags given on the command line.
+	set map[string]bool
+}
+
+// secondsFlag is a duration given as seconds ("60", "2.5") or as a Go
+// duration ("1m30s").
+type secondsFlag struct{ d time.Duration }
+
+func (s *secondsFlag) String() string {
+	if s == nil || s.d == 0 {
+		return ""
+	}
+	return strconv.FormatFloat(s.d.Seconds(), 'f', -1, 64)
+}
+
+func (s *secondsFlag) Set(v string) error {
+	if f, err := strconv.ParseFloat(v, 64); err == nil {
+		s.d = time.Duration(f * float64(time.Second))
+	} else if d, err := time.ParseDuration(v); err == nil {
+		s.d = d
+	} else {
+		return fmt.Errorf("want seconds or a duration like 90s, got %q", v)
+	}
+	if s.d <= 0 {
+		return errors.New("must be positive")
+	}
+	return nil
+}
+
+// registryLoader loads a config's environments and returns a function that
+// releases them; loadRegistry is the real one (Docker, this binary as the
+// sandbox executor).
+type registryLoader func(ctx context.Context, path string, logger *slog.Logger) (*gym.Registry, func(context.Context) error, error)
+
+// runRollout implements "gymserver rollout CONFIG": it runs episodes with an
+// LLM, oracle or replay policy and writes trajectories, results and stats.
+func runRollout(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	return rolloutWith(ctx, args, stdout, stderr, loadRegistry)
+}
+
+// rolloutWith is runRollout with the environments' loader as a parameter.
+func rolloutWith(ctx context.Context, args []string, stdout, stderr io.Writer, load registryLoader) int {
+	var f rolloutFlags
+	fs := flag.NewFlagSet("rollout", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&f.model, "llm-model", "", "model id (default: llm_config.model, else "+config.DefaultLLMModel+")")
+	fs.StringVar(&f.apiKey, "llm-api-key", "", "API key (default: $OPENROUTER_API_KEY, then $OPENAI_API_KEY, then llm_config.api_key)")
+	fs.StringVar(&f.baseURL, "llm-base-url", "", "API base URL, used as given (default: llm_config.base_url, else "+config.DefaultLLMBaseURL+")")
+	fs.Float64Var(&f.temperature, "llm-temperature", 0, "sampling temperature (default: llm_config.temperature, else 0.7)")
+	fs.IntVar(&f.maxTokens, "llm-max-tokens", 0, "maximum tokens per answer (default: llm_config.max_tokens, else 4096)")
+	fs.Var(&f.timeout, "llm-timeout", "timeout of one API call, in seconds (default: llm_config.timeout, else 60)")
+	fs.IntVar(&f.maxContext, "llm-max-context-messages", 0, "send at most this many messages, dropping the oldest turns (default: llm_config.max_context_messages; 0 sends all)")
+	fs.IntVar(&f.maxOutput, "llm-max-output-length", 0, "cut tool results sent to the model to this many bytes (default: llm_config.max_output_length; 0 sends them whole)")
+	fs.StringVar(&f.output, "output", "results.json", "results file; the stats go beside it as NAME.stats.json")
+	fs.BoolVar(&f.dryRun, "dry-run", false, "check the config, plugins and flags and print the plan; starts nothing, needs no API key and no Docker")
+	fs.StringVar(&f.logLevel, "log-level", "WARN", "log level: DEBUG, INFO, WARN, ERROR")
+	fs.BoolVar(&f.quiet, "quiet", false, "no progress bar and no summary table")
+	fs.IntVar(&f.parallel, "parallel", 0, "episodes run at once (default: rollout_config.max_parallel_rollouts)")
+	fs.IntVar(&f.episodes, "episodes", 0, "episodes per environment (default: episode_control_config.max_episodes)")
+	fs.StringVar(&f.policy, "policy", "llm", "llm, oracle (each environment's reference solution) or replay:FILE (a trajectory's calls)")
+	fs.StringVar(&f.server, "server", "", "run against a remote gymserver at this ws:// URL instead of in process")
+	fs.StringVar(&f.token, "token", "", "bearer token for --server (default: $GYMSERVER_TOKEN)")
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: gymserver rollout CONFIG.json [flags]")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(reorderArgs(fs, args)); err != nil {
+		return 2
+	}
+	if fs.NArg() != 1 {
+		fs.Usage()
+		return 2
+	}
+	f.set = map[string]bool{}
+	fs.Visit(func(fl *flag.Flag) { f.set[fl.Name] = true })
+	fail := func(code int, format string, a ...any) int {
+		fmt.Fprintf(stderr, "gymserver rollout: "+format+"\n", a...)
+		return code
+	}
+	if f.set["parallel"] && f.parallel < 1 {
+		return fail(2, "--parallel must be at least 1")
+	}
+	if f.set["episodes"] && f.episodes < 1 {
+		return fail(2, "--episodes must be at least 1")
+	}
+	logger, err := newLogger(stderr, f.logLevel)
+	if err != nil {
+		return fail(2, "%v", err)
+	}
+	path := fs.Arg(0)
+	cfg, err := config.Load(path)
+	if err != nil {
+		return fail(1, "%v", err)
+	}
+	if f.set["parallel"] {
+		cfg.Rollout.MaxParallelRollouts = f.parallel
+	}
+	if f.set["episodes"] {
+		cfg.EpisodeControl.MaxEpisodes = f.episodes
+	}
+	plugins, err := plugin.Load(cfg.Plugins, cfg.Dir, logger)
+	if err != nil {
+		return fail(1, "%v", err)
+	}
+	sel, err := selectPolicy(cfg, &f, logger)
+	if err != nil {
+		return fail(2, "%v", err)
+	}
+	// Check every environment's policy now: an oracle needs each
+	// reference solution.
+	for _, ec := range cfg.Environments {
+		if _, err := sel.factory(gym.EnvSpec{ID: ec.ID}); err != nil {
+			return fail(1, "environment %s: policy %s: %v", ec.ID, sel.name, err)
+		}
+	}
+	output, err := filepath.Abs(f.output)
+	if err != nil {
+		return fail(2, "--output: %v", err)
+	}
+	if f.dryRun {
+		printPlan(stdout, cfg, &f, sel, plugins, output)
+		return 0
+	}
+	for _, w := range cfg.Warnings {
+		logger.Warn(w)
+	}
+	if sel.name == "llm" && sel.llm.APIKey == "" {
+		return fail(2, "no API key for --policy llm: pass --llm-api-key or set %s (or llm_config.api_key);\n"+
+			"--policy oracle runs each environment's reference solution without one", strings.Join(apiKeyVars, " or "))
+	}
+
+	var list []gym.Env
+	if f.server != "" {
+		token := f.token
+		if token == "" {
+			token = os.Getenv("GYMSERVER_TOKEN")
+		}
+		c, err := gymclient.Dial(ctx, f.server, gymclient.Options{Token: token})
+		if err != nil {
+			return fail(1, "connect %s: %v", f.server, err)
+		}
+		defer c.Close()
+		for _, ec := range cfg.Environments {
+			e, err := c.Env(ctx, ec.ID)
+			if err != nil {
+				return fail(1, "server %s: environment %s: %v", f.server, ec.ID, err)
+			}
+			list = append(list, e)
+		}
+	} else {
+		reg, closeFn, err := load(ctx, path, logger)
+		if err != nil {
+			return fail(1, "%v", err)
+		}
+		defer closeFn(context.WithoutCancel(ctx))
+		for _, ec := range cfg.Environments {
+			e, err := reg.Lookup(ec.ID)
+			if err != nil {
+				return fail(1, "%v", err)
+			}
+			list = append(list, e)
+		}
+	}
+
+	opts := rollout.Options{
+		Config:      cfg,
+		Envs:        list,
+		Policy:      sel.factory,
+		PolicyName:  sel.name,
+		Model:       sel.model(),
+		Plugins:     plugins,
+		ResultsPath: output,
+		Logger:      logger,
+	}
+	if !f.quiet {
+		opts.Progress = stderr
+	}
+	runner, err := rollout.New(opts)
+	if err != nil {
+		return fail(1, "%v", err)
+	}
+	sum, err := runner.Run(ctx)
+	if sum != nil && !f.quiet {
+		fmt.Fprintln(stderr)
+		rollout.WriteSummary(stderr, sum)
+	}
+	if sum != nil {
+		fmt.Fprintf(stderr, "results: %s\nstats: %s\ntrajectories: %s\n", sum.ResultsPath, sum.StatsPath, sum.TrajectoryDir)
+	}
+	switch {
+	case err == nil:
+		return 0
+	case ctx.Err() != nil && errors.Is(err, ctx.Err()):
+		fmt.Fprintln(stderr, "gymserver rollout: interrupted; finished episodes were written")
+		return 130
+	}
+	return fail(1, "%v", err)
+}
+
+// policySelection is the policy chosen by --policy.
+type policySelection struct {
+	name    string
+	factory rollout.PolicyFactory
+	// llm is the LLM config, set for --policy llm.
+	llm *policy.Config
+	// keySource names where the API key came from.
+	keySource string
+}
+
+func (s policySelection) model() string {
+	if s.llm != nil {
+		return s.llm.Model
+	}
+	return ""
+}
+
+// selectPolicy builds the policy factory named by --policy. It contacts
+// nothing.
+func selectPolicy(cfg *config.Config, f *rolloutFlags, logger *slog.Logger) (policySelection, error) {
+	switch {
+	case f.policy == "llm":
+		pc, source := llmConfig(cfg.LLM, f)
+		pc.Logger = logger
+		if err := pc.Validate(); err != nil {
+			return policySelection{}, err
+		}
+		sel := policySelection{name: "llm", llm: &pc, keySource: source}
+		var shared gym.Policy
+		sel.factory = func(gym.EnvSpec) (gym.Policy, error) {
+			if shared == nil {
+				p, err := policy.NewLLM(pc)
+				if err != nil {
+					return nil, err
+				}
+				shared = p
+			}
+			return shared, nil
+		}
+		return sel, nil
+	case f.policy == "oracle":
+		return policySelection{name: "oracle", factory: func(spec gym.EnvSpec) (gym.Policy, error) {
+			ec, ok := cfg.Environment(spec.ID)
+			if !ok {
+				return nil, fmt.Errorf("environment %s is not in the config: %w", spec.ID, gym.ErrNotFound)
+			}
+			calls, err := envs.ReferenceCalls(ec)
+			if err != nil {
+				return nil, err
+			}
+			return policy.NewScripted(calls), nil
+		}}, nil
+	case strings.HasPrefix(f.policy, "replay:"):
+		file := strings.TrimPrefix(f.policy, "replay:")
+		p, err := policy.LoadReplay(file)
+		if err != nil {
+			return policySelection{}, err
+		}
+		return policySelection{name: f.policy, factory: func(gym.EnvSpec) (gym.Policy, error) { return p, nil }}, nil
+	}
+	return policySelection{}, fmt.Errorf("--policy %q: want llm, oracle or replay:FILE", f.policy)
+}
+
+// llmConfig merges the policy defaults, llm_config and the flags, and
+// returns the config with where its API key came from.
+func llmConfig(l config.LLM, f *rolloutFlags) (policy.Config, string) {
+	pc := policy.DefaultConfig()
+	pc.Model, pc.BaseURL, pc.Temperature, pc.MaxTokens = l.Model, l.BaseURL, l.Temperature, l.MaxTokens
+	pc.Timeout, pc.MaxContextMessages, pc.MaxOutputLength, pc.MaxRetries = l.Timeout, l.MaxContextMessages, l.MaxOutputLength, l.MaxRetries
+	if l.Mode == "react" {
+		pc.Mode = policy.ModeReAct
+	} else {
+		pc.Mode = policy.ModeNative
+	}
+	if f.set["llm-model"] {
+		pc.Model = f.model
+	}
+	if f.set["llm-base-url"] {
+		pc.BaseURL = f.baseURL
+	}
+	if f.set["llm-temperature"] {
+		pc.Temperature = f.temperature
+	}
+	if f.set["llm-max-tokens"] {
+		pc.MaxTokens = f.maxTokens
+	}
+	if f.set["llm-timeout"] {
+		pc.Timeout = f.timeout.d
+	}
+	if f.set["llm-max-context-messages"] {
+		pc.MaxContextMessages = f.maxContext
+	}
+	if f.set["llm-max-output-length"] {
+		pc.MaxOutputLength = f.maxOutput
+	}
+	switch {
+	case f.apiKey != "":
+		pc.APIKey = f.apiKey
+		return pc, "--llm-api-key"
+	default:
+		for _, v := range apiKeyVars {
+			if k := os.Getenv(v); k != "" {
+				pc.APIKey = k
+				return pc, "$" + v
+			}
+		}
+		if l.APIKey != "" {
+			pc.APIKey = l.APIKey
+			return pc, "llm_config.api_key"
+		}
+	}
+	return pc, ""
+}
+
+// printPlan prints what a run would do.
+func printPlan(w io.Writer, cfg *config.Config, f *rolloutFlags, sel policySelection, plugins *plugin.Set, output string) {
+	ids := make([]string, len(cfg.Environments))
+	for i, ec := range cfg.Environments {
+		ids[i] = ec.ID
+	}
+	plan := rollout.PlanFor(cfg, ids, sel.name)
+	fmt.Fprintf(w, "config: %s (%d environments)\n", cfg.Path, len(cfg.Environments))
+	switch {
+	case sel.llm != nil:
+		key := "from " + sel.keySource
+		if sel.keySource == "" {
+			key = "MISSING: a real run needs --llm-api-key or $" + strings.Join(apiKeyVars, " or $") + " (or use --policy oracle)"
+		}
+		fmt.Fprintf(w, "policy: llm, model %s at %s (%s mode, temperature %g, max tokens %d, timeout %s, %d retries); API key %s\n",
+			sel.llm.Model, sel.llm.BaseURL, sel.llm.Mode, sel.llm.Temperature, sel.llm.MaxTokens, sel.llm.Timeout, sel.llm.MaxRetries, key)
+	default:
+		fmt.Fprintf(w, "policy: %s\n", sel.name)
+	}
+	target := "in process, Docker sandboxes"
+	if f.server != "" {
+		target = "remote gymserver at " + f.server
+	}
+	fmt.Fprintf(w, "environments: %s\n", target)
+	for _, e := range plan.Environments {
+		ec, _ := cfg.Environment(e.ID)
+		fmt.Fprintf(w, "  %s: up to %d episode(s), image %s, %d test command(s), global timeout %s, max actions %d\n",
+			e.ID, e.Episodes, ec.DockerImage, len(ec.UnitTests), ec.Timeouts.Global, ec.MaxActions)
+	}
+	ctl := cfg.EpisodeControl
+	minRate := "none"
+	if ctl.MinSuccessRate != nil {
+		minRate = strconv.FormatFloat(*ctl.MinSuccessRate, 'f', -1, 64)
+	}
+	fmt.Fprintf(w, "episodes: at most %d in total (safety_limit %d), %d at a time; stop_on_success %t, min_success_rate %s\n",
+		rollout.Total(plan), ctl.SafetyLimit, cfg.Rollout.MaxParallelRollouts, ctl.StopOnSuccess, minRate)
+	fmt.Fprintf(w, "outputs: results %s, stats %s, trajectories %s (results saved every %d episode(s); state persistence %t)\n",
+		output, rollout.StatsPath(output), rollout.TrajectoryDir(output, cfg.Rollout.TrajectoryOutputPath),
+		cfg.Rollout.SaveTrajectoryInterval, cfg.Rollout.StatePersistenceEnabled)
+	state := "enabled"
+	if !cfg.Rollout.EnablePlugins {
+		state = "disabled (rollout_config.enable_plugins is false)"
+	}
+	names := plugins.Names()
+	if len(names) == 0 && len(plugins.Disabled()) == 0 {
+		fmt.Fprintln(w, "plugins: none")
+	} else {
+		fmt.Fprintf(w, "plugins: %s\n", state)
+		for _, n := range names {
+			hs := plugins.HooksOf(n)
+			s := make([]string, len(hs))
+			for i, h := range hs {
+				s[i] = string(h)
+			}
+			fmt.Fprintf(w, "  %s: hooks %s\n", n, strings.Join(s, ", "))
+		}
+		for _, n := range plugins.Disabled() {
+			fmt.Fprintf(w, "  %s: disabled\n", n)
+		}
+	}
+	for _, warn := range cfg.Warnings {
+		fmt.Fprintf(w, "warning: %s\n", warn)
+	}
+	fmt.Fprintln(w, "dry run: configuration valid; nothing was started")
+}

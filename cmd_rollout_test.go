@@ -1,0 +1,363 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/filters"
+	"github.com/docker/docker/client"
+
+	"github.com/gymserver/gymserver/envs"
+	"github.com/gymserver/gymserver/envs/baseimage"
+	"github.com/gymserver/gymserver/envs/config"
+	"github.com/gymserver/gymserver/envs/docker"
+	"github.com/gymserver/gymserver/envs/sandbox"
+	"github.com/gymserver/gymserver/envs/sandbox/sandboxtest"
+	"github.com/gymserver/gymserver/gym"
+	"github.com/gymserver/gymserver/gym/gymtest"
+	"github.com/gymserver/gymserver/policy/rollout"
+	"github.com/gymserver/gymserver/server"
+)
+
+const calculatorConfig = "examples/calculator_api/config.json"
+
+// noDockerNoKeys makes Docker unreachable and removes API keys from the
+// environment, as on a machine that only checks configs.
+func noDockerNoKeys(t *testing.T) {
+	t.Setenv("DOCKER_HOST", "unix:///nonexistent/docker.sock")
+	for _, v := range apiKeyVars {
+		t.Setenv(v, "")
+	}
+}
+
+// runCmd runs `gymserver rollout args` in process with the given loader.
+func runCmd(t *testing.T, load registryLoader, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	code = rolloutWith(t.Context(), args, &out, &errb, load)
+	return code, out.String(), errb.String()
+}
+
+// noLoader fails the test when the command tries to reach Docker.
+func noLoader(t *testing.T) registryLoader {
+	return func(context.Context, string, *slog.Logger) (*gym.Registry, func(context.Context) error, error) {
+		t.Error("the command tried to load the environments")
+		return nil, nil, context.Canceled
+	}
+}
+
+func TestRolloutDryRunNeedsNoKeyAndNoDocker(t *testing.T) {
+	noDockerNoKeys(t)
+	out := filepath.Join(t.TempDir(), "out.json")
+	// Flags after the config, as with the seed's main.py.
+	code, stdout, stderr := runCmd(t, noLoader(t), calculatorConfig, "--dry-run", "--output", out, "--episodes", "3", "--parallel", "2")
+	if code != 0 {
+		t.Fatalf("exit %d, stderr:\n%s", code, stderr)
+	}
+	for _, want := range []string{
+		"calculator_api: up to 3 episode(s)",
+		"model anthropic/claude-sonnet-4 at https://openrouter.ai/api/v1",
+		"API key MISSING",
+		"3 in total (safety_limit 100), 2 at a time",
+		"stats " + strings.TrimSuffix(out, ".json") + ".stats.json",
+		"trajectories " + filepath.Join(filepath.Dir(out), "trajectories"),
+		"nothing was started",
+	} {
+		if !strings.Contains(stdout, want) {
+			t.Errorf("plan lacks %q:\n%s", want, stdout)
+		}
+	}
+	if _, err := os.Stat(out); !os.IsNotExist(err) {
+		t.Errorf("dry run wrote %s", out)
+	}
+}
+
+func TestRolloutFlagsAndErrors(t *testing.T) {
+	noDockerNoKeys(t)
+	dir := t.TempDir()
+	badPlugin := filepath.Join(dir, "plugins.json")
+	if err := os.WriteFile(badPlugin, []byte(`{
+		"environments": [{"id": "e", "docker_image": "gymserver/python:3.11-bookworm", "prompt": "p", "unit_tests": ["true"]}],
+		"plugins": ["safety_filter", "my_custom_plugins.analyzer", {"name": "performance_based_rollout", "config": {"windw": 3}}]
+	}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	noRef := filepath.Join(dir, "noref.json")
+	if err := os.WriteFile(noRef, []byte(`{
+		"environments": [{"id": "e", "docker_image": "gymserver/python:3.11-bookworm", "prompt": "p", "unit_tests": ["true"]}]
+	}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name string
+		args []string
+		code int
+		// want are substrings of stderr.
+		want []string
+	}{
+		{"no key", []string{calculatorConfig, "--output", filepath.Join(dir, "r.json")}, 2,
+			[]string{"--llm-api-key", "OPENROUTER_API_KEY", "--policy oracle"}},
+		{"unknown plugin fails the dry run", []string{badPlugin, "--dry-run"}, 1,
+			[]string{`unknown plugin "my_custom_plugins.analyzer"`, `unknown field "windw"`}},
+		{"unknown policy", []string{calculatorConfig, "--dry-run", "--policy", "magic"}, 2, []string{`--policy "magic"`}},
+		{"oracle needs a reference solution", []string{noRef, "--policy", "oracle", "--dry-run"}, 1, []string{"no reference_solution"}},
+		{"bad temperature", []string{calculatorConfig, "--dry-run", "--llm-temperature", "3"}, 2, []string{"temperature 3"}},
+		{"bad timeout", []string{calculatorConfig, "--dry-run", "--llm-timeout", "soon"}, 2, []string{"want seconds"}},
+		{"missing config", []string{filepath.Join(dir, "none.json"), "--dry-run"}, 1, []string{"no such file"}},
+		{"no config", []string{"--dry-run"}, 2, []string{"usage: gymserver rollout"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			code, _, stderr := runCmd(t, noLoader(t), tt.args...)
+			if code != tt.code {
+				t.Errorf("exit %d, want %d; stderr:\n%s", code, tt.code, stderr)
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(stderr, w) {
+					t.Errorf("stderr lacks %q:\n%s", w, stderr)
+				}
+			}
+		})
+	}
+}
+
+func TestRolloutAPIKeyPrecedence(t *testing.T) {
+	cfg := config.LLM{Model: "m", BaseURL: "http://x/v1", APIKey: "from-config", MaxTokens: 1, Timeout: time.Second}
+	tests := []struct {
+		name, flag, openrouter, openai, want string
+	}{
+		{"flag", "from-flag", "or", "oa", "--llm-api-key"},
+		{"openrouter", "", "or", "oa", "$OPENROUTER_API_KEY"},
+		{"openai", "", "", "oa", "$OPENAI_API_KEY"},
+		{"config", "", "", "", "llm_config.api_key"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Setenv("OPENROUTER_API_KEY", tt.openrouter)
+			t.Setenv("OPENAI_API_KEY", tt.openai)
+			_, source := llmConfig(cfg, &rolloutFlags{apiKey: tt.flag, set: map[string]bool{}})
+			if source != tt.want {
+				t.Errorf("key from %q, want %q", source, tt.want)
+			}
+		})
+	}
+}
+
+// dockerLoader loads the environments on a Docker provider whose sandboxes
+// run the test-built static executor, and checks on close that none of its
+// containers is left.
+func dockerLoader(t *testing.T) registryLoader {
+	return func(ctx context.Context, path string, logger *slog.Logger) (*gym.Registry, func(context.Context) error, error) {
+		cfg, err := config.Load(path)
+		if err != nil {
+			return nil, nil, err
+		}
+		cli, err := client.NewClientWithOpts(client.FromEnv, client.WithAPIVersionNegotiation())
+		if err != nil {
+			return nil, nil, err
+		}
+		p, err := docker.New(ctx, docker.Options{
+			ExecutorBinary: sandboxtest.ExecutorBinary(t),
+			Client:         cli,
+			Logger:         logger,
+			BuildBase: func(ctx context.Context, ref string) error {
+				return baseimage.Build(ctx, cli, ref, os.Stderr)
+			},
+		})
+		if err != nil {
+			return nil, nil, err
+		}
+		reg, err := envs.NewRegistry(ctx, cfg, envs.Options{Provider: p, Logger: logger})
+		if err != nil {
+			p.Close(ctx)
+			return nil, nil, err
+		}
+		closeFn := func(ctx context.Context) error {
+			err := p.Close(ctx)
+			list, lerr := cli.ContainerList(ctx, container.ListOptions{All: true,
+				Filters: filters.NewArgs(filters.Arg("label", sandbox.LabelOwner+"="+p.Owner()))})
+			if lerr != nil || len(list) > 0 {
+				t.Errorf("containers left after the run: %d (%v)", len(list), lerr)
+			}
+			return err
+		}
+		return reg, closeFn, nil
+	}
+}
+
+func TestRolloutOracleSolvesCalculator(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs Docker")
+	}
+	for _, v := range apiKeyVars {
+		t.Setenv(v, "")
+	}
+	dir := t.TempDir()
+	out := filepath.Join(dir, "X.json")
+	code, stdout, stderr := runCmd(t, dockerLoader(t), calculatorConfig, "--policy", "oracle", "--output", out, "--episodes", "2")
+	if code != 0 {
+		t.Fatalf("exit %d, stderr:\n%s", code, stderr)
+	}
+	if stdout != "" {
+		t.Errorf("stdout is not empty: %q", stdout)
+	}
+	for _, want := range []string{"results: " + out, "calculator_api", "TOTAL"} {
+		if !strings.Contains(stderr, want) {
+			t.Errorf("stderr lacks %q:\n%s", want, stderr)
+		}
+	}
+	checkOracleOutputs(t, out, 2)
+}
+
+// checkOracleOutputs checks the outputs of an oracle run of calculator_api.
+func checkOracleOutputs(t *testing.T, out string, episodes int) {
+	t.Helper()
+	var stats rollout.Stats
+	readFile(t, rollout.StatsPath(out), &stats)
+	if o := stats.Overall; o.Episodes != episodes || o.SuccessRate != 1 || o.MeanReward != 1 || o.TestPassRate != 1 || o.Masked != 0 {
+		t.Errorf("overall stats = %+v", o)
+	}
+	if e := stats.Environments["calculator_api"]; e.Episodes != episodes || e.SuccessRate != 1 {
+		t.Errorf("calculator_api stats = %+v", e)
+	}
+	var recs []rollout.Record
+	readFile(t, out, &recs)
+	if len(recs) != episodes {
+		t.Fatalf("%d results, want %d", len(recs), episodes)
+	}
+	for i, r := range recs {
+		if r.Episode != i || r.TrajectoryFile != filepath.Join("trajectories", rollout.TrajectoryName("calculator_api", i)) {
+			t.Errorf("result %d = %+v", i, r)
+		}
+		var tr gym.Trajectory
+		readFile(t, filepath.Join(filepath.Dir(out), r.TrajectoryFile), &tr)
+		er := tr.EpisodeResult
+		if !er.Success || er.FinalScore != 1 || er.TerminatedReason != gym.ReasonCompleted || tr.Policy != "oracle" ||
+			len(tr.Steps) == 0 || tr.Evaluation == nil || len(tr.Evaluation.Tests) != er.TestsTotal {
+			t.Errorf("trajectory %d: result %+v, %d steps", i, er, len(tr.Steps))
+		}
+	}
+}
+
+func readFile(t *testing.T, path string, v any) {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(b, v); err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+}
+
+// TestRolloutBinary runs the real, statically built gymserver binary, whose
+// Docker sandboxes use the binary itself as executor.
+func TestRolloutBinary(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs Docker")
+	}
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "gymserver")
+	build := exec.Command("go", "build", "-o", bin, ".")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if b, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build: %v\n%s", err, b)
+	}
+	out := filepath.Join(dir, "results.json")
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, "rollout", calculatorConfig, "--policy", "oracle", "--output", out, "--quiet")
+	cmd.Env = append(os.Environ(), "OPENROUTER_API_KEY=", "OPENAI_API_KEY=")
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	if strings.Contains(stderr.String(), `unknown command "rollout"`) {
+		t.Skip("main.go does not dispatch rollout yet")
+	}
+	if err != nil {
+		t.Fatalf("%v\nstderr:\n%s", err, stderr.String())
+	}
+	if stdout.Len() != 0 {
+		t.Errorf("stdout is not empty: %q", stdout.String())
+	}
+	checkOracleOutputs(t, out, 1)
+}
+
+func TestRolloutAgainstRemoteServer(t *testing.T) {
+	noDockerNoKeys(t)
+	env := gymtest.NewEnv("e", gymtest.Task{ID: "e", Prompt: "Write hello to out.txt.", Expect: map[string]string{"out.txt": "hello"}})
+	reg, err := gym.NewRegistry(env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := server.New(server.Options{Registry: reg, Token: "secret"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := server.Listen("127.0.0.1:0", "secret")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ctx, ln) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-served; err != nil {
+			t.Errorf("serve: %v", err)
+		}
+	})
+
+	dir := t.TempDir()
+	cfgPath := filepath.Join(dir, "remote.json")
+	if err := os.WriteFile(cfgPath, []byte(`{
+		"environments": [{"id": "e", "docker_image": "unused", "prompt": "p", "unit_tests": ["true"]}],
+		"episode_control_config": {"max_episodes": 2},
+		"plugins": ["trajectory_analysis"]
+	}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	recording := filepath.Join(dir, "recording.json")
+	rec := gym.Trajectory{Messages: []gym.Message{
+		{Role: gym.RoleAssistant, ToolCalls: []gym.ToolCall{gym.NewToolCall("w", gym.ToolWriteFile, `{"filepath": "out.txt", "content": "hello"}`)}},
+		{Role: gym.RoleAssistant, ToolCalls: []gym.ToolCall{gym.NewToolCall("d", gym.ToolMarkDone, `{}`)}},
+	}}
+	b, _ := json.Marshal(rec)
+	if err := os.WriteFile(recording, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(dir, "results.json")
+	url := "ws://" + ln.Addr().String() + "/v1/ws"
+	code, _, stderr := runCmd(t, noLoader(t), cfgPath, "--server", url, "--token", "secret", "--policy", "replay:"+recording, "--output", out, "--quiet")
+	if code != 0 {
+		t.Fatalf("exit %d, stderr:\n%s", code, stderr)
+	}
+	var stats rollout.Stats
+	readFile(t, rollout.StatsPath(out), &stats)
+	if o := stats.Overall; o.Episodes != 2 || o.SuccessRate != 1 {
+		t.Errorf("overall = %+v", o)
+	}
+	if env.Resets() != 2 || len(env.OpenSessions()) != 0 {
+		t.Errorf("server env: %d resets, open sessions %v", env.Resets(), env.OpenSessions())
+	}
+	var tr gym.Trajectory
+	readFile(t, filepath.Join(dir, "trajectories", "e-1.json"), &tr)
+	if tr.Policy != "replay:"+recording || len(tr.Steps) != 2 || tr.Plugins["trajectory_analysis"] == nil {
+		t.Errorf("trajectory = %+v", tr)
+	}
+
+	// A wrong token is a connection error, not a crash.
+	code, _, stderr = runCmd(t, noLoader(t), cfgPath, "--server", url, "--token", "wrong", "--policy", "replay:"+recording, "--output", out, "--quiet")
+	if code != 1 || !strings.Contains(stderr, "connect") {
+		t.Errorf("wrong token: exit %d, stderr:\n%s", code, stderr)
+	}
+}

@@ -1,0 +1,104 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"runtime/debug"
+
+	"github.com/gymserver/gymserver/server"
+	"github.com/gymserver/gymserver/server/wire"
+)
+
+// runServe serves the environments of a config over WebSocket until ctx
+// ends (SIGINT/SIGTERM), then drains and returns 0.
+func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	configPath := fs.String("config", "", "environments config (JSON); required")
+	addr := fs.String("addr", "127.0.0.1:8080", "listen address; a non-loopback address needs --token")
+	token := fs.String("token", os.Getenv("GYMSERVER_TOKEN"), "bearer token clients must send (default $GYMSERVER_TOKEN)")
+	maxFrame := fs.Int64("max-frame-bytes", wire.DefaultMaxFrameBytes, "largest request frame in bytes")
+	maxSessions := fs.Int("max-sessions", server.DefaultMaxSessions, "most open sessions on the server")
+	maxConnSessions := fs.Int("max-sessions-per-conn", server.DefaultMaxSessionsPerConn, "most open sessions on one connection")
+	maxInflight := fs.Int("max-inflight", server.DefaultMaxInflightPerConn, "most requests in flight on one connection")
+	maxResets := fs.Int("max-resets", server.DefaultMaxConcurrentResets, "most resets (container starts) running at once")
+	resetWait := fs.Duration("reset-wait", server.DefaultResetWait, "how long a reset waits for a start slot")
+	idleTTL := fs.Duration("idle-ttl", server.DefaultIdleSessionTTL, "close sessions without requests for this long")
+	pingInterval := fs.Duration("ping-interval", server.DefaultPingInterval, "WebSocket heartbeat period")
+	drainTimeout := fs.Duration("drain-timeout", server.DefaultDrainTimeout, "on SIGTERM, how long in-flight requests may finish")
+	logLevel := fs.String("log-level", "INFO", "log level: DEBUG, INFO, WARN, ERROR")
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: gymserver serve --config CONFIG.json [--addr 127.0.0.1:8080] [--token T] [flags]")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if *configPath == "" || fs.NArg() != 0 {
+		fs.Usage()
+		return 2
+	}
+	logger, err := newLogger(stderr, *logLevel)
+	if err != nil {
+		fmt.Fprintln(stderr, "gymserver serve:", err)
+		return 2
+	}
+	// Check the address before loading anything: refusing an open,
+	// unauthenticated server is a usage error.
+	ln, err := server.Listen(*addr, *token)
+	if err != nil {
+		fmt.Fprintln(stderr, "gymserver serve:", err)
+		return 2
+	}
+	defer ln.Close()
+
+	reg, closeEnvs, err := loadRegistry(ctx, *configPath, logger)
+	if err != nil {
+		fmt.Fprintln(stderr, "gymserver serve:", err)
+		return 1
+	}
+	srv, err := server.New(server.Options{
+		Registry:            reg,
+		Token:               *token,
+		Logger:              logger,
+		Version:             version(),
+		MaxFrameBytes:       *maxFrame,
+		MaxSessions:         *maxSessions,
+		MaxSessionsPerConn:  *maxConnSessions,
+		MaxInflightPerConn:  *maxInflight,
+		MaxConcurrentResets: *maxResets,
+		ResetWait:           *resetWait,
+		IdleSessionTTL:      *idleTTL,
+		PingInterval:        *pingInterval,
+		DrainTimeout:        *drainTimeout,
+	})
+	if err != nil {
+		closeEnvs(context.WithoutCancel(ctx))
+		fmt.Fprintln(stderr, "gymserver serve:", err)
+		return 2
+	}
+	// Tests and fixtures read this exact line (PROTOCOL.md §8).
+	fmt.Fprintf(stderr, "listening on %s\n", ln.Addr())
+	code := 0
+	if err := srv.Serve(ctx, ln); err != nil {
+		logger.Error("serve", "err", err)
+		code = 1
+	}
+	if err := closeEnvs(context.WithoutCancel(ctx)); err != nil {
+		logger.Error("close environments", "err", err)
+		code = 1
+	}
+	logger.Info("stopped")
+	return code
+}
+
+// version returns the module version of this build, or "dev".
+func version() string {
+	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
+		return bi.Main.Version
+	}
+	return "dev"
+}

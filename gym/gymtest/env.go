@@ -1,0 +1,468 @@
+package gymtest
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/gymserver/gymserver/gym"
+)
+
+// SystemPrompt is the system prompt of every gymtest episode.
+const SystemPrompt = "You are an agent in an in-memory test environment. Use the tools to complete the task."
+
+// Task is one task of an in-memory environment.
+type Task struct {
+	ID     string
+	Prompt string
+	// Expect maps a file path to the content the agent must write there;
+	// each entry is one test case of the evaluation.
+	Expect map[string]string
+}
+
+// Env is an in-memory gym.Env. It is safe for concurrent use; configure it
+// (SetMaxActions) before the first Reset.
+type Env struct {
+	id         string
+	tasks      []Task
+	maxActions int
+	resetHook  func(context.Context, gym.ResetRequest) error
+
+	nextID atomic.Int64
+	// mu guards the fields below.
+	mu   sync.Mutex
+	open map[string]*Session
+	// resets counts successful resets.
+	resets int
+}
+
+var _ gym.Env = (*Env)(nil)
+
+// NewEnv returns an environment with the given id and tasks.
+func NewEnv(id string, tasks ...Task) *Env {
+	return &Env{id: id, tasks: tasks, open: make(map[string]*Session)}
+}
+
+// SetMaxActions sets the number of tool calls after which episodes are
+// truncated (0: no limit) and returns e. Call it before the first Reset.
+func (e *Env) SetMaxActions(n int) *Env {
+	e.maxActions = n
+	return e
+}
+
+// SetResetHook makes every Reset call hook first and fail with its error,
+// if any; tests use it to block or fail resets. Call it before the first
+// Reset. It returns e.
+func (e *Env) SetResetHook(hook func(context.Context, gym.ResetRequest) error) *Env {
+	e.resetHook = hook
+	return e
+}
+
+// Spec describes the environment.
+func (e *Env) Spec() gym.EnvSpec {
+	spec := gym.EnvSpec{ID: e.id, Description: "in-memory test environment", Tools: gym.StandardTools()}
+	for _, t := range e.tasks {
+		spec.Tasks = append(spec.Tasks, gym.TaskSpec{ID: t.ID, Prompt: t.Prompt, TestCommands: 1})
+	}
+	return spec
+}
+
+// OpenSessions returns the ids of the sessions that are not closed yet,
+// sorted.
+func (e *Env) OpenSessions() []string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	ids := make([]string, 0, len(e.open))
+	for id := range e.open {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	return ids
+}
+
+// Resets returns the number of successful resets so far.
+func (e *Env) Resets() int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.resets
+}
+
+// Reset starts an episode of req.Task (the first task when empty). Options
+// are not supported: any option is an ErrInvalidArgument.
+func (e *Env) Reset(ctx context.Context, req gym.ResetRequest) (gym.Session, gym.Reset, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, gym.Reset{}, fmt.Errorf("env %s: reset: %w", e.id, err)
+	}
+	if len(req.Options) > 0 {
+		keys := make([]string, 0, len(req.Options))
+		for k := range req.Options {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		return nil, gym.Reset{}, fmt.Errorf("env %s: reset: unknown options %s: %w", e.id, strings.Join(keys, ", "), gym.ErrInvalidArgument)
+	}
+	if e.resetHook != nil {
+		if err := e.resetHook(ctx, req); err != nil {
+			return nil, gym.Reset{}, fmt.Errorf("env %s: reset: %w", e.id, err)
+		}
+	}
+	var task *Task
+	for i := range e.tasks {
+		if req.Task == "" || e.tasks[i].ID == req.Task {
+			task = &e.tasks[i]
+			break
+		}
+	}
+	if task == nil {
+		return nil, gym.Reset{}, fmt.Errorf("env %s: task %q: %w", e.id, req.Task, gym.ErrNotFound)
+	}
+	s := &Session{
+		env:   e,
+		id:    fmt.Sprintf("%s-%d", e.id, e.nextID.Add(1)),
+		task:  *task,
+		files: make(map[string]string),
+		start: time.Now(),
+	}
+	e.mu.Lock()
+	e.open[s.id] = s
+	e.resets++
+	e.mu.Unlock()
+	r := gym.Reset{
+		SessionID:    s.id,
+		EnvID:        e.id,
+		TaskID:       task.ID,
+		SystemPrompt: SystemPrompt,
+		Prompt:       task.Prompt,
+		Tools:        gym.StandardTools(),
+		Messages: []gym.Message{
+			{Role: gym.RoleSystem, Content: SystemPrompt},
+			{Role: gym.RoleUser, Content: task.Prompt},
+		},
+		Limits: gym.EpisodeLimits{MaxActions: e.maxActions},
+	}
+	return s, r, nil
+}
+
+// Session is one in-memory episode.
+type Session struct {
+	env   *Env
+	id    string
+	task  Task
+	start time.Time
+
+	// cancelMu guards the fields below, so that Close can stop running
+	// and waiting steps before taking mu.
+	cancelMu sync.Mutex
+	cancels  map[*context.CancelFunc]struct{}
+	closing  bool
+
+	// mu serialises calls and guards the fields below.
+	mu        sync.Mutex
+	files     map[string]string
+	steps     int
+	actions   int
+	done      bool
+	reason    gym.TerminationReason
+	agentDone bool
+	endTime   time.Time
+	eval      *gym.Evaluation
+	closed    bool
+	result    gym.Result
+}
+
+var _ gym.Session = (*Session)(nil)
+
+// ID returns the session id.
+func (s *Session) ID() string { return s.id }
+
+// StepsInFlight returns the number of Step calls running or waiting for
+// the session.
+func (s *Session) StepsInFlight() int {
+	s.cancelMu.Lock()
+	defer s.cancelMu.Unlock()
+	return len(s.cancels)
+}
+
+// Step runs the action's tool calls in order.
+func (s *Session) Step(ctx context.Context, a gym.Action) (gym.StepResult, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	s.cancelMu.Lock()
+	closing := s.closing
+	if s.cancels == nil {
+		s.cancels = make(map[*context.CancelFunc]struct{})
+	}
+	s.cancels[&cancel] = struct{}{}
+	s.cancelMu.Unlock()
+	defer func() {
+		s.cancelMu.Lock()
+		delete(s.cancels, &cancel)
+		s.cancelMu.Unlock()
+	}()
+
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if closing || s.closed {
+		return gym.StepResult{}, fmt.Errorf("session %s: step: session closed: %w", s.id, gym.ErrEpisodeDone)
+	}
+	if s.done {
+		return gym.StepResult{}, fmt.Errorf("session %s: step: episode ended (%s): %w", s.id, s.reason, gym.ErrEpisodeDone)
+	}
+	s.steps++
+	res := gym.StepResult{Info: gym.StepInfo{Step: s.steps}}
+	if len(a.ToolCalls) == 0 {
+		res.Observation.Text = "No tool was called."
+		res.Observation.Messages = []gym.Message{}
+		res.Info.Calls = []gym.CallInfo{{ExitCode: -1, ErrorClass: gym.ClassAgent, Error: "no tool call"}}
+	}
+	var texts []string
+	for i, call := range a.ToolCalls {
+		if call.ID == "" {
+			call.ID = fmt.Sprintf("call_%d_%d", s.steps, i)
+		}
+		var out string
+		var info gym.CallInfo
+		if s.done {
+			out = "Not executed: the episode already ended (" + string(s.reason) + ")."
+			info = gym.CallInfo{ID: call.ID, Name: call.Function.Name, ExitCode: -1, ErrorClass: gym.ClassEpisodeDone, Error: "episode ended"}
+		} else {
+			s.actions++
+			start := time.Now()
+			out, info = s.call(ctx, call)
+			info.Duration = gym.Duration(time.Since(start))
+			if err := ctx.Err(); err != nil {
+				return gym.StepResult{}, fmt.Errorf("session %s: step %d: %w", s.id, s.steps, err)
+			}
+			if m := s.env.maxActions; m > 0 && s.actions >= m {
+				s.end(gym.ReasonMaxActions)
+			}
+		}
+		res.Info.Calls = append(res.Info.Calls, info)
+		res.Observation.Messages = append(res.Observation.Messages, gym.Message{
+			Role: gym.RoleTool, Content: out, ToolCallID: call.ID, Name: call.Function.Name,
+		})
+		texts = append(texts, out)
+	}
+	if len(a.ToolCalls) > 0 {
+		res.Observation.Text = strings.Join(texts, "\n\n")
+	}
+	res.Info.Actions = s.actions
+	res.Info.AgentDone = s.agentDone
+	if s.done {
+		ev := s.evaluate()
+		res.Reward = ev.Reward
+		res.Terminated = !s.reason.Truncation()
+		res.Truncated = s.reason.Truncation()
+		res.Info.TerminationReason = s.reason
+		res.Info.Evaluation = &ev
+	}
+	return res, nil
+}
+
+// call runs one tool call; s.mu must be held.
+func (s *Session) call(ctx context.Context, call gym.ToolCall) (string, gym.CallInfo) {
+	info := gym.CallInfo{ID: call.ID, Name: call.Function.Name, ExitCode: -1}
+	fail := func(format string, args ...any) (string, gym.CallInfo) {
+		info.ErrorClass = gym.ClassAgent
+		info.Error = fmt.Sprintf(format, args...)
+		return "Error: " + info.Error, info
+	}
+	switch call.Function.Name {
+	case gym.ToolExecuteCommand:
+		var args gym.ExecuteCommandArgs
+		if err := decodeArgs(call, &args); err != nil {
+			return fail("%v", err)
+		}
+		if args.Command == "crash" {
+			// Simulates an infrastructure failure of the sandbox.
+			info.ErrorClass = gym.ClassSandbox
+			info.Error = "sandbox crashed"
+			s.end(gym.ReasonSandboxError)
+			return "Error: the sandbox failed.", info
+		}
+		out, code := s.exec(ctx, args.Command)
+		info.ExitCode = code
+		return out, info
+	case gym.ToolWriteFile:
+		var args gym.WriteFileArgs
+		if err := decodeArgs(call, &args); err != nil {
+			return fail("%v", err)
+		}
+		if args.Filepath == "" {
+			return fail("write_file: filepath is empty")
+		}
+		s.files[args.Filepath] = args.Content
+		return fmt.Sprintf("Wrote %d bytes to %s.", len(args.Content), args.Filepath), info
+	case gym.ToolReadFile:
+		var args gym.ReadFileArgs
+		if err := decodeArgs(call, &args); err != nil {
+			return fail("%v", err)
+		}
+		content, ok := s.files[args.Filepath]
+		if !ok {
+			return fail("read_file %s: no such file", args.Filepath)
+		}
+		return content, info
+	case gym.ToolMarkDone:
+		var args gym.MarkDoneArgs
+		if err := decodeArgs(call, &args); err != nil {
+			return fail("%v", err)
+		}
+		s.agentDone = true
+		s.end(gym.ReasonCompleted)
+		return "Task marked as done.", info
+	}
+	return fail("unknown tool %q", call.Function.Name)
+}
+
+// exec interprets a tiny command language: echo, cat, true, false, sleep
+// (call interprets "crash").
+func (s *Session) exec(ctx context.Context, command string) (string, int) {
+	fields := strings.Fields(command)
+	if len(fields) == 0 {
+		return "", 0
+	}
+	switch fields[0] {
+	case "echo":
+		return strings.Join(fields[1:], " ") + "\n", 0
+	case "cat":
+		var b strings.Builder
+		for _, p := range fields[1:] {
+			c, ok := s.files[p]
+			if !ok {
+				return b.String() + "cat: " + p + ": No such file or directory\n", 1
+			}
+			b.WriteString(c)
+		}
+		return b.String(), 0
+	case "true":
+		return "", 0
+	case "false":
+		return "", 1
+	case "sleep":
+		if len(fields) != 2 {
+			return "sleep: want one operand\n", 1
+		}
+		sec, err := strconv.ParseFloat(fields[1], 64)
+		if err != nil || sec < 0 {
+			return "sleep: invalid time interval " + strconv.Quote(fields[1]) + "\n", 1
+		}
+		t := time.NewTimer(time.Duration(sec * float64(time.Second)))
+		defer t.Stop()
+		select {
+		case <-t.C:
+			return "", 0
+		case <-ctx.Done():
+			return "", -1
+		}
+	}
+	return "sh: " + fields[0] + ": command not found\n", 127
+}
+
+func decodeArgs(call gym.ToolCall, v any) error {
+	args := call.Function.Arguments
+	if strings.TrimSpace(args) == "" {
+		args = "{}"
+	}
+	if err := json.Unmarshal([]byte(args), v); err != nil {
+		return fmt.Errorf("%s: arguments are not a valid JSON object: %v", call.Function.Name, err)
+	}
+	return nil
+}
+
+// end marks the episode ended, keeping the first reason; s.mu must be held.
+func (s *Session) end(reason gym.TerminationReason) {
+	if s.done {
+		return
+	}
+	s.done = true
+	s.reason = reason
+	s.endTime = time.Now()
+}
+
+// evaluate runs the tests once; s.mu must be held.
+func (s *Session) evaluate() gym.Evaluation {
+	if s.eval != nil {
+		return *s.eval
+	}
+	start := time.Now()
+	ev := gym.Evaluation{Mode: "pass_rate", Tests: []gym.TestCase{}, Commands: []gym.TestCommand{}}
+	paths := make([]string, 0, len(s.task.Expect))
+	for p := range s.task.Expect {
+		paths = append(paths, p)
+	}
+	sort.Strings(paths)
+	for _, p := range paths {
+		tc := gym.TestCase{Name: p, Status: gym.TestPassed}
+		if got, ok := s.files[p]; !ok {
+			tc.Status, tc.Message = gym.TestFailed, "file not written"
+		} else if got != s.task.Expect[p] {
+			tc.Status, tc.Message = gym.TestFailed, fmt.Sprintf("content %q, want %q", got, s.task.Expect[p])
+		}
+		if tc.Status == gym.TestPassed {
+			ev.Passed++
+		} else {
+			ev.Failed++
+		}
+		ev.Tests = append(ev.Tests, tc)
+	}
+	ev.Total = len(paths)
+	if ev.Total > 0 {
+		ev.Reward = float64(ev.Passed) / float64(ev.Total)
+	}
+	ev.Success = ev.Reward >= 1
+	ev.Duration = gym.Duration(time.Since(start))
+	s.eval = &ev
+	return ev
+}
+
+// Evaluate ends the episode if needed and evaluates it once.
+func (s *Session) Evaluate(ctx context.Context) (gym.Evaluation, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.eval == nil && s.closed {
+		return gym.Evaluation{}, fmt.Errorf("session %s: evaluate: closed before evaluation: %w", s.id, gym.ErrEpisodeDone)
+	}
+	s.end(gym.ReasonEvaluated)
+	return s.evaluate(), nil
+}
+
+// Close ends the episode, cancelling a running step, and returns the result.
+func (s *Session) Close(ctx context.Context) (gym.Result, error) {
+	s.cancelMu.Lock()
+	s.closing = true
+	for cancel := range s.cancels {
+		(*cancel)()
+	}
+	s.cancelMu.Unlock()
+
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return s.result, nil
+	}
+	s.closed = true
+	s.end(gym.ReasonClosed)
+	s.env.mu.Lock()
+	delete(s.env.open, s.id)
+	s.env.mu.Unlock()
+	s.result = gym.Result{
+		SessionID:         s.id,
+		EnvID:             s.env.id,
+		TaskID:            s.task.ID,
+		Steps:             s.steps,
+		Actions:           s.actions,
+		TerminationReason: s.reason,
+		AgentDone:         s.agentDone,
+		Evaluation:        s.eval,
+		StartTime:         s.start,
+		EndTime:           s.endTime,
+	}
+	return s.result, nil
+}

@@ -1,0 +1,39 @@
+// Package plugin runs the rollout runner's plugins: named, compiled-in
+// extensions (and external programs) called at fixed points of a run.
+//
+// A plugin sees one Event per hook and answers a Response. The hooks, in the
+// order a run fires them:
+//
+//	pre_rollout   once, before the first episode; Event.Plan is the run's plan
+//	pre_episode   before an episode's sandbox is reset
+//	pre_action    before each tool call runs; may block it or replace it
+//	post_action   after each tool call, with its output and diagnostics
+//	pre_test      before the step or Evaluate that will run the hidden tests
+//	post_test     once the evaluation is known, with the per-test results
+//	post_episode  after the episode, with its whole trajectory
+//	post_rollout  once, after the last episode, with the run's statistics
+//
+// pre_test fires before the runner knowingly asks for the evaluation: before
+// a step whose calls include mark_done or reach the action limit, and before
+// the runner ends an episode itself (no_action, timeout). When the
+// environment ends an episode on its own during a step (its global timeout,
+// a sandbox failure) the tests have already run when the runner learns of
+// it; pre_test then fires after the fact with Event.AfterEvaluation set.
+// pre_test can only observe: it sees the episode so far (Event.Messages),
+// never the hidden tests. post_test sees the Evaluation.
+//
+// A Response may block a call (pre_action), replace it (pre_action; the
+// call's id is kept), attach data to the episode's trajectory (saved under
+// "plugins" by plugin name) or to the run's statistics (rollout hooks), and
+// stop the run from scheduling more episodes: for the event's environment,
+// or for the whole run when the event has no environment.
+//
+// Plugins are loaded from config.Plugin entries by Load, which validates
+// every entry at once without starting anything. An entry with a command is
+// an external plugin (see External); any other entry must name a built-in:
+// safety_filter, performance_based_rollout or trajectory_analysis.
+//
+// A plugin that fails (an error, a timeout, a bad answer) is logged,
+// counted in Stats and recorded in the trajectory; the run goes on as if it
+// had answered nothing, so a failing filter fails open.
+package plugin

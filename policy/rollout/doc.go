@@ -1,0 +1,58 @@
+// Package rollout runs whole episodes with a policy and records them: the
+// engine behind `gymserver rollout`.
+//
+// A Runner takes a set of gym.Env (local Docker environments or remote ones
+// through the Go client), the loaded config, one policy per environment and
+// the plugins, and runs episodes in parallel, at most
+// rollout_config.max_parallel_rollouts at a time. Episodes are scheduled
+// round-robin over the environments, so each environment's n-th episode
+// starts before any environment's (n+1)-th, and episode control is decided
+// when a slot frees up, from the episodes finished so far:
+//
+//   - each environment runs episode_control_config.EpisodesFor() episodes;
+//   - stop_on_success stops an environment after its first success;
+//   - min_success_rate stops an environment once at least two of its
+//     episodes finished and its success rate reached the rate;
+//   - safety_limit caps the episodes started by the whole run;
+//   - a plugin answering stop (performance_based_rollout, or an external
+//     plugin) stops an environment, or the run.
+//
+// Success rates count scored episodes only: an episode masked as an
+// infrastructure failure (sandbox_error, verifier_error, policy_error) is
+// never counted as a silent 0.
+//
+// The agent loop of one episode: Reset; the transcript starts with the
+// Reset's messages (system and user); the policy answers a turn; the turn's
+// tool calls go through the pre_action plugins, the allowed ones are stepped
+// together, and the transcript gets one tool message per call, in call
+// order, each answering its call's id. A call a plugin blocks is not sent to
+// the environment at all: the runner writes the tool message itself ("Blocked
+// by <plugin>: <reason>"), marks the step blocked in the trajectory, and
+// counts it as an agent_error action towards the action limit. A turn
+// without tool calls is answered with a user message asking for a tool call
+// (or the policy's parse error); after MaxNoActionTurns such turns in a row
+// the episode is evaluated and ends as no_action.
+//
+// Time: the environment enforces the episode's global timeout itself,
+// truncating the step that overruns and evaluating. The runner bounds the
+// policy's calls by the same deadline (then evaluates and ends the episode
+// as timeout), and bounds everything, evaluation included, by a hard
+// deadline a little later (global timeout + the tests' time + a grace
+// period), so the environment's own truncation wins and a hung environment
+// still cannot hold the run: at the hard deadline the episode ends as a
+// masked sandbox_error.
+//
+// A policy error (the API failed after its retries) ends the episode
+// without evaluation: termination reason policy_error, error class
+// policy_error, masked. Cancelling the context stops the run: no new
+// episode starts, running ones are closed (their sandboxes removed) and not
+// recorded, and what finished is written.
+//
+// Outputs: one trajectory (gym.Trajectory) per episode, named
+// <env>-<episode>.json in the trajectory directory, written atomically as
+// the episode finishes; the results file (a JSON array of Record, rewritten
+// every save_trajectory_interval episodes and at the end) and the stats file
+// beside it (Stats). With state_persistence_enabled an episode whose
+// trajectory file exists is not run again: its trajectory is read back and
+// counted, so an interrupted run resumes where it stopped.
+package rollout

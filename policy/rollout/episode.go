@@ -1,0 +1,572 @@
+package rollout
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/gymserver/gymserver/gym"
+	"github.com/gymserver/gymserver/policy/plugin"
+)
+
+// closeTimeout bounds closing a session, which runs on a fresh context
+// because the run's may be cancelled.
+const closeTimeout = 2 * time.Minute
+
+// episode is the state of one running episode; one goroutine owns it.
+type episode struct {
+	r     *Runner
+	env   *envEntry
+	index int
+	log   *slog.Logger
+
+	sess  gym.Session
+	reset gym.Reset
+	traj  gym.Trajectory
+	start time.Time
+
+	// agentDeadline bounds the agent's time (policy calls); zero means
+	// none. hardCtx carries the later hard deadline.
+	agentDeadline time.Time
+	hardCtx       context.Context
+
+	// actions counts the tool calls attempted, blocked ones included.
+	actions  int
+	turn     int
+	noAction int
+	// preTest is set once pre_test fired for the coming evaluation.
+	preTest bool
+
+	// Outcome, set by end.
+	ended      bool
+	reason     gym.TerminationReason
+	errClass   gym.ErrorClass
+	errText    string
+	mask       bool
+	eval       *gym.Evaluation
+	agentDone  bool
+	doneMsg    string
+	pluginData map[string]map[string]any
+}
+
+// errStopped reports that the run was cancelled while the episode ran.
+var errStopped = errors.New("run stopped")
+
+// runEpisode runs episode index of e. It returns the trajectory, or
+// errStopped when the run was cancelled (the session is closed either way).
+func (r *Runner) runEpisode(ctx context.Context, e *envEntry, index int, preData map[string]map[string]any) (*gym.Trajectory, error) {
+	ep := &episode{
+		r:     r,
+		env:   e,
+		index: index,
+		log:   r.log.With("env", e.id, "episode", index),
+		start: time.Now(),
+		traj: gym.Trajectory{
+			TrajectoryID:  newID(),
+			EnvironmentID: e.id,
+			TaskID:        e.task,
+			Episode:       index,
+			Policy:        r.opts.PolicyName,
+			Model:         r.opts.Model,
+			Steps:         []gym.TrajectoryStep{},
+			TestResults:   []gym.TestCommand{},
+		},
+		pluginData: preData,
+	}
+	ep.traj.StartTime = ep.start
+	if err := ep.run(ctx); err != nil {
+		return nil, err
+	}
+	return ep.finish(ctx), nil
+}
+
+// run drives the episode until it ends. It returns errStopped when ctx was
+// cancelled; every other failure ends the episode with a classified
+// outcome.
+func (ep *episode) run(ctx context.Context) error {
+	sess, reset, err := ep.env.env.Reset(ctx, gym.ResetRequest{Task: ep.env.task})
+	if err != nil {
+		if ctx.Err() != nil {
+			return errStopped
+		}
+		class := gym.ClassOf(err)
+		if class == gym.ClassInternal {
+			class = gym.ClassSandbox
+		}
+		// The agent did nothing: whatever failed, the sample is not its.
+		ep.end(gym.ReasonSandboxError, class, fmt.Errorf("reset: %w", err), true)
+		return nil
+	}
+	ep.sess, ep.reset = sess, reset
+	ep.traj.SessionID = sess.ID()
+	ep.traj.TaskID = reset.TaskID
+	ep.traj.Tools = reset.Tools
+	ep.traj.Messages = slices.Clone(reset.Messages)
+	ep.log = ep.log.With("session_id", sess.ID())
+	defer ep.close(ctx)
+
+	// The environment's clock started before Reset returned, so its own
+	// deadline passes first and its truncation and evaluation win.
+	ep.start = time.Now()
+	hardCtx := ctx
+	if g := time.Duration(reset.Limits.GlobalTimeout); g > 0 {
+		ep.agentDeadline = ep.start.Add(g)
+		var cancel context.CancelFunc
+		hardCtx, cancel = context.WithDeadline(ctx, ep.agentDeadline.Add(ep.env.evalBudget+ep.r.opts.Grace))
+		defer cancel()
+	}
+	ep.hardCtx = hardCtx
+
+	for !ep.ended {
+		if ctx.Err() != nil {
+			return errStopped
+		}
+		if !ep.agentDeadline.IsZero() && !time.Now().Before(ep.agentDeadline) {
+			return ep.evaluate(ctx, gym.ReasonTimeout)
+		}
+		if m := reset.Limits.MaxActions; m > 0 && ep.actions >= m {
+			// Blocked calls count towards the limit but never reach the
+			// environment, which therefore cannot end the episode itself.
+			return ep.evaluate(ctx, gym.ReasonMaxActions)
+		}
+		turn, err := ep.act(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return errStopped
+			}
+			if !ep.agentDeadline.IsZero() && !time.Now().Before(ep.agentDeadline) {
+				return ep.evaluate(ctx, gym.ReasonTimeout)
+			}
+			ep.log.Warn("policy failed; episode ends", "err", err)
+			ep.end(gym.ReasonPolicyError, gym.ClassPolicy, err, true)
+			break
+		}
+		if len(turn.Message.ToolCalls) == 0 {
+			ep.noAction++
+			if ep.noAction >= ep.r.opts.MaxNoActionTurns {
+				return ep.evaluate(ctx, gym.ReasonNoAction)
+			}
+			nudge := turn.ParseError
+			if nudge == "" {
+				nudge = fmt.Sprintf("You did not call a tool. Continue the task with the tools (%s), and call %s when it is complete.",
+					strings.Join(toolNames(reset.Tools), ", "), gym.ToolMarkDone)
+			}
+			ep.traj.Messages = append(ep.traj.Messages, gym.Message{Role: gym.RoleUser, Content: nudge})
+			continue
+		}
+		ep.noAction = 0
+		if err := ep.step(ctx, turn.Message.ToolCalls); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// act asks the policy for the next turn and records it in the transcript.
+func (ep *episode) act(ctx context.Context) (gym.Turn, error) {
+	actCtx := ep.hardCtx
+	if !ep.agentDeadline.IsZero() {
+		var cancel context.CancelFunc
+		actCtx, cancel = context.WithDeadline(ep.hardCtx, ep.agentDeadline)
+		defer cancel()
+	}
+	ep.turn++
+	start := time.Now()
+	turn, err := ep.env.policy.Act(actCtx, slices.Clip(ep.traj.Messages), ep.reset.Tools)
+	rec := gym.TrajectoryTurn{Turn: ep.turn, MessageIndex: -1, Duration: gym.Duration(time.Since(start))}
+	if err != nil {
+		rec.Error = err.Error()
+		ep.traj.Turns = append(ep.traj.Turns, rec)
+		return gym.Turn{}, err
+	}
+	msg := turn.Message
+	msg.Role = gym.RoleAssistant
+	msg.ToolCalls = slices.Clone(msg.ToolCalls)
+	seen := map[string]bool{}
+	for i := range msg.ToolCalls {
+		c := &msg.ToolCalls[i]
+		if c.ID == "" || seen[c.ID] {
+			c.ID = fmt.Sprintf("call_%d_%d", ep.turn, i)
+		}
+		if c.Type == "" {
+			c.Type = "function"
+		}
+		seen[c.ID] = true
+	}
+	turn.Message = msg
+	rec.MessageIndex = len(ep.traj.Messages)
+	rec.Usage = turn.Usage
+	rec.FinishReason = turn.FinishReason
+	rec.ToolCalls = len(msg.ToolCalls)
+	rec.ParseError = turn.ParseError
+	ep.traj.Turns = append(ep.traj.Turns, rec)
+	ep.traj.Usage.Add(turn.Usage)
+	ep.traj.Messages = append(ep.traj.Messages, msg)
+	return turn, nil
+}
+
+// pending is one call of a turn on its way to the environment.
+type pending struct {
+	call gym.ToolCall
+	// orig is the call as the policy made it when a plugin replaced it.
+	orig      *gym.ToolCall
+	blocked   bool
+	blockedBy string
+	reason    string
+}
+
+// step runs the calls of one turn: the pre_action plugins decide each
+// call, the allowed ones are stepped together, and every call gets its
+// tool message in order. It returns errStopped when ctx was cancelled.
+func (ep *episode) step(ctx context.Context, calls []gym.ToolCall) error {
+	r := ep.r
+	ps := make([]pending, len(calls))
+	var allowed []gym.ToolCall
+	for i, c := range calls {
+		ps[i].call = c
+		if r.plugins.Wants(plugin.PreAction) {
+			out := r.plugins.Fire(ctx, ep.event(plugin.PreAction, func(ev *plugin.Event) { ev.ToolCall = &c }))
+			ep.absorb(out)
+			if out.Blocked {
+				ps[i].blocked, ps[i].blockedBy, ps[i].reason = true, out.BlockedBy, out.Reason
+				ep.log.Info("tool call blocked", "plugin", out.BlockedBy, "tool", c.Function.Name, "reason", out.Reason)
+				continue
+			}
+			if out.ToolCall != nil {
+				orig := c
+				ps[i].call, ps[i].orig = *out.ToolCall, &orig
+			}
+		}
+		allowed = append(allowed, ps[i].call)
+	}
+	if ctx.Err() != nil {
+		return errStopped
+	}
+	if m := ep.reset.Limits.MaxActions; ep.endsEpisode(allowed) || (m > 0 && ep.actions+len(calls) >= m) {
+		ep.firePreTest(ctx, false)
+	}
+	ep.actions += len(calls)
+
+	var sr gym.StepResult
+	if len(allowed) > 0 {
+		var err error
+		sr, err = ep.sess.Step(ep.hardCtx, gym.Action{ToolCalls: allowed})
+		if err != nil {
+			if ctx.Err() != nil {
+				return errStopped
+			}
+			if ep.hardCtx.Err() != nil {
+				ep.end(gym.ReasonTimeout, gym.ClassSandbox, fmt.Errorf("step: the environment did not answer by the episode's hard deadline: %w", err), true)
+			} else {
+				class := gym.ClassOf(err)
+				if class == gym.ClassInternal || class == gym.ClassEpisodeDone {
+					class = gym.ClassSandbox
+				}
+				ep.end(gym.ReasonSandboxError, class, fmt.Errorf("step: %w", err), true)
+			}
+			ep.log.Warn("step failed; episode ends", "err", err)
+			// The calls still need tool messages for the transcript to
+			// stay a valid conversation.
+		}
+	}
+	msgs := map[string]gym.Message{}
+	for _, m := range sr.Observation.Messages {
+		msgs[m.ToolCallID] = m
+	}
+	infos := map[string]gym.CallInfo{}
+	for _, ci := range sr.Info.Calls {
+		infos[ci.ID] = ci
+	}
+	for _, p := range ps {
+		var msg gym.Message
+		var info gym.CallInfo
+		switch m, ok := msgs[p.call.ID]; {
+		case p.blocked:
+			msg = gym.Message{Content: fmt.Sprintf("Blocked by %s: %s. The call was not executed.", p.blockedBy, p.reason)}
+			info = gym.CallInfo{ExitCode: -1, ErrorClass: gym.ClassAgent, Error: "blocked by " + p.blockedBy + ": " + p.reason, Blocked: true}
+		case ok:
+			msg, info = m, infos[p.call.ID]
+		default:
+			msg = gym.Message{Content: "Not executed: the environment failed before running this call."}
+			info = gym.CallInfo{ExitCode: -1, ErrorClass: ep.errClass, Error: "no result"}
+		}
+		msg.Role, msg.ToolCallID, msg.Name = gym.RoleTool, p.call.ID, p.call.Function.Name
+		info.ID, info.Name = p.call.ID, p.call.Function.Name
+		ep.traj.Messages = append(ep.traj.Messages, msg)
+		ep.record(p, msg, info)
+		if r.plugins.Wants(plugin.PostAction) {
+			res := &plugin.ActionResult{Output: msg.Content, Call: info}
+			out := r.plugins.Fire(ctx, ep.event(plugin.PostAction, func(ev *plugin.Event) { ev.ToolCall, ev.Result = &p.call, res }))
+			ep.absorb(out)
+		}
+	}
+	if sr.Info.AgentDone {
+		ep.agentDone = true
+	}
+	if ep.ended || !sr.Done() {
+		// A predicted end that did not happen (say, mark_done with bad
+		// arguments) lets pre_test fire again before the real one.
+		ep.preTest = false
+		return nil
+	}
+	if !ep.preTest {
+		ep.firePreTest(ctx, true)
+	}
+	ep.ended, ep.reason, ep.eval = true, sr.Info.TerminationReason, sr.Info.Evaluation
+	if ep.reason == gym.ReasonSandboxError {
+		ep.errClass, ep.mask = gym.ClassSandbox, true
+	}
+	ep.firePostTest(ctx)
+	return nil
+}
+
+// endsEpisode reports whether calls include a well-formed mark_done, after
+// which the environment runs the tests.
+func (ep *episode) endsEpisode(calls []gym.ToolCall) bool {
+	for _, c := range calls {
+		if c.Function.Name != gym.ToolMarkDone {
+			continue
+		}
+		var args gym.MarkDoneArgs
+		raw := strings.TrimSpace(c.Function.Arguments)
+		if raw == "" || json.Unmarshal([]byte(raw), &args) == nil {
+			return true
+		}
+	}
+	return false
+}
+
+// record appends the seed-shaped step of one call.
+func (ep *episode) record(p pending, msg gym.Message, info gym.CallInfo) {
+	a := actionOf(p.call)
+	a.Turn = ep.turn
+	a.OriginalToolCall = p.orig
+	success := info.ErrorClass == "" && (info.ExitCode == 0 || p.call.Function.Name != gym.ToolExecuteCommand)
+	ep.traj.Steps = append(ep.traj.Steps, gym.TrajectoryStep{
+		StepID:    newID(),
+		Timestamp: time.Now(),
+		Action:    a,
+		Result: gym.TrajectoryResult{
+			Success:    success,
+			Output:     msg.Content,
+			Duration:   info.Duration,
+			ExitCode:   info.ExitCode,
+			ErrorClass: info.ErrorClass,
+			Error:      info.Error,
+			Blocked:    info.Blocked,
+		},
+	})
+	if p.call.Function.Name == gym.ToolMarkDone && info.ErrorClass == "" && !info.Blocked {
+		var args gym.MarkDoneArgs
+		_ = json.Unmarshal([]byte(p.call.Function.Arguments), &args)
+		ep.doneMsg = args.Message
+	}
+}
+
+// actionOf describes a call in the seed's action shape.
+func actionOf(c gym.ToolCall) gym.TrajectoryAction {
+	a := gym.TrajectoryAction{Type: c.Function.Name, Content: c.Function.Arguments, ToolCall: c}
+	raw := []byte(c.Function.Arguments)
+	switch c.Function.Name {
+	case gym.ToolExecuteCommand:
+		var args gym.ExecuteCommandArgs
+		a.Type = "command"
+		if json.Unmarshal(raw, &args) == nil {
+			a.Content, a.Timeout = args.Command, args.Timeout
+		}
+	case gym.ToolWriteFile:
+		var args gym.WriteFileArgs
+		a.Type = "file_write"
+		if json.Unmarshal(raw, &args) == nil {
+			a.Content = args.Filepath
+		}
+	case gym.ToolReadFile:
+		var args gym.ReadFileArgs
+		a.Type = "file_read"
+		if json.Unmarshal(raw, &args) == nil {
+			a.Content = args.Filepath
+		}
+	case gym.ToolMarkDone:
+		var args gym.MarkDoneArgs
+		a.Type = "done"
+		if json.Unmarshal(raw, &args) == nil {
+			a.Content = args.Message
+		}
+	}
+	return a
+}
+
+// evaluate ends a running episode from the runner's side (reason is the
+// runner's: timeout, max_actions, no_action) and runs the tests. It returns
+// errStopped when ctx was cancelled.
+func (ep *episode) evaluate(ctx context.Context, reason gym.TerminationReason) error {
+	ep.firePreTest(ctx, false)
+	ev, err := ep.sess.Evaluate(ep.hardCtx)
+	if err != nil {
+		if ctx.Err() != nil {
+			return errStopped
+		}
+		class := gym.ClassOf(err)
+		if class == gym.ClassInternal || class == gym.ClassEpisodeDone {
+			class = gym.ClassSandbox
+		}
+		ep.end(reason, class, fmt.Errorf("evaluate: %w", err), true)
+		return nil
+	}
+	ep.ended, ep.reason, ep.eval = true, reason, &ev
+	ep.firePostTest(ctx)
+	return nil
+}
+
+// end ends the episode without an evaluation.
+func (ep *episode) end(reason gym.TerminationReason, class gym.ErrorClass, err error, mask bool) {
+	ep.ended, ep.reason, ep.errClass, ep.mask = true, reason, class, mask
+	if err != nil {
+		ep.errText = err.Error()
+	}
+}
+
+// close releases the session, on a fresh context so that it also runs when
+// the run was cancelled.
+func (ep *episode) close(ctx context.Context) {
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), closeTimeout)
+	defer cancel()
+	if _, err := ep.sess.Close(cctx); err != nil {
+		ep.log.Warn("close session", "err", err)
+	}
+}
+
+func (ep *episode) firePreTest(ctx context.Context, after bool) {
+	ep.preTest = true
+	if !ep.r.plugins.Wants(plugin.PreTest) {
+		return
+	}
+	msgs := slices.Clip(ep.traj.Messages)
+	out := ep.r.plugins.Fire(ctx, ep.event(plugin.PreTest, func(ev *plugin.Event) { ev.Messages, ev.AfterEvaluation = msgs, after }))
+	ep.absorb(out)
+}
+
+func (ep *episode) firePostTest(ctx context.Context) {
+	if ep.eval == nil || !ep.r.plugins.Wants(plugin.PostTest) {
+		return
+	}
+	ev := *ep.eval
+	out := ep.r.plugins.Fire(ctx, ep.event(plugin.PostTest, func(e *plugin.Event) { e.Evaluation, e.Reason = &ev, ep.reason }))
+	ep.absorb(out)
+}
+
+// event returns an event of the episode for hook h, adjusted by set.
+func (ep *episode) event(h plugin.Hook, set func(*plugin.Event)) plugin.Event {
+	ev := plugin.Event{Hook: h, Env: ep.env.id, Task: ep.traj.TaskID, Episode: ep.index, SessionID: ep.traj.SessionID, Turn: ep.turn}
+	if set != nil {
+		set(&ev)
+	}
+	return ev
+}
+
+// absorb keeps the plugins' data and failures for the trajectory, and
+// passes a stop to the runner.
+func (ep *episode) absorb(out plugin.Outcome) {
+	ep.pluginData = mergeOutcome(ep.pluginData, out)
+	if out.Stop {
+		ep.r.stopEnv(ep.env.id, "plugin "+out.StoppedBy)
+	}
+}
+
+// mergeOutcome merges an outcome's data and failures into per-plugin maps.
+func mergeOutcome(m map[string]map[string]any, out plugin.Outcome) map[string]map[string]any {
+	if len(out.Data) == 0 && len(out.Failures) == 0 {
+		return m
+	}
+	if m == nil {
+		m = map[string]map[string]any{}
+	}
+	for name, d := range out.Data {
+		if m[name] == nil {
+			m[name] = map[string]any{}
+		}
+		for k, v := range d {
+			m[name][k] = v
+		}
+	}
+	for _, f := range out.Failures {
+		if m[f.Plugin] == nil {
+			m[f.Plugin] = map[string]any{}
+		}
+		errs, _ := m[f.Plugin]["errors"].([]string)
+		m[f.Plugin]["errors"] = append(errs, string(f.Hook)+": "+f.Error)
+	}
+	return m
+}
+
+// finish completes the trajectory and fires post_episode.
+func (ep *episode) finish(ctx context.Context) *gym.Trajectory {
+	t := &ep.traj
+	t.EndTime = time.Now()
+	er := gym.EpisodeResult{
+		TerminatedReason: ep.reason,
+		AgentDone:        ep.agentDone,
+		AgentDoneMessage: ep.doneMsg,
+		Actions:          len(t.Steps),
+		ErrorClass:       ep.errClass,
+		Error:            ep.errText,
+		Mask:             ep.mask,
+		DurationSeconds:  t.EndTime.Sub(t.StartTime).Seconds(),
+	}
+	for _, s := range t.Steps {
+		if s.Result.ErrorClass != "" {
+			er.ActionErrors++
+		}
+	}
+	if ev := ep.eval; ev != nil {
+		t.Evaluation = ev
+		t.TestResults = ev.Commands
+		er.FinalScore = ev.Reward
+		er.TestsPassed, er.TestsTotal = ev.Passed, ev.Total
+		if er.ErrorClass == "" && ev.ErrorClass != "" {
+			er.ErrorClass, er.Error = ev.ErrorClass, ev.Error
+		}
+		er.Mask = er.Mask || ev.Mask
+		er.Success = ev.Success && !er.Mask
+	}
+	if t.TestResults == nil {
+		t.TestResults = []gym.TestCommand{}
+	}
+	t.EpisodeResult = er
+	if ep.r.plugins.Wants(plugin.PostEpisode) {
+		t.Plugins = pluginMap(ep.pluginData)
+		snapshot := *t
+		out := ep.r.plugins.Fire(ctx, ep.event(plugin.PostEpisode, func(ev *plugin.Event) { ev.Trajectory, ev.Reason = &snapshot, ep.reason }))
+		ep.absorb(out)
+	}
+	t.Plugins = pluginMap(ep.pluginData)
+	return t
+}
+
+func pluginMap(m map[string]map[string]any) map[string]any {
+	if len(m) == 0 {
+		return nil
+	}
+	out := make(map[string]any, len(m))
+	for k, v := range m {
+		out[k] = v
+	}
+	return out
+}
+
+func toolNames(tools []gym.Tool) []string {
+	names := make([]string, len(tools))
+	for i, t := range tools {
+		names[i] = t.Function.Name
+	}
+	return names
+}
+
+// newID returns a random identifier.
+func newID() string { return strings.ToLower(rand.Text()) }

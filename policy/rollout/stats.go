@@ -1,0 +1,182 @@
+package rollout
+
+import (
+	"time"
+
+	"github.com/gymserver/gymserver/gym"
+	"github.com/gymserver/gymserver/policy/plugin"
+)
+
+// Record is one finished episode in the results file.
+type Record struct {
+	TrajectoryID  string `json:"trajectory_id"`
+	EnvironmentID string `json:"environment_id"`
+	TaskID        string `json:"task_id"`
+	// Episode is the 0-based index of the episode in its environment.
+	Episode   int    `json:"episode"`
+	SessionID string `json:"session_id,omitempty"`
+	// TrajectoryFile is the trajectory's path, relative to the results
+	// file's directory when it is inside it.
+	TrajectoryFile string    `json:"trajectory_file"`
+	StartTime      time.Time `json:"start_time"`
+	EndTime        time.Time `json:"end_time"`
+	// Turns is the number of policy calls.
+	Turns         int               `json:"turns"`
+	Usage         gym.Usage         `json:"usage"`
+	EpisodeResult gym.EpisodeResult `json:"episode_result"`
+	// Resumed is true when the episode was read back from an earlier run
+	// (state persistence) rather than run now.
+	Resumed bool `json:"resumed,omitempty"`
+}
+
+// Stats is the stats file: aggregates over the whole run and per
+// environment.
+type Stats struct {
+	Overall      Aggregate            `json:"overall"`
+	Environments map[string]Aggregate `json:"environments"`
+	// Plugins has each enabled plugin's call counts and rollout-level data.
+	Plugins map[string]PluginStats `json:"plugins,omitempty"`
+	Run     RunInfo                `json:"run"`
+}
+
+// RunInfo describes the run that produced the stats.
+type RunInfo struct {
+	Policy    string    `json:"policy,omitempty"`
+	Model     string    `json:"model,omitempty"`
+	StartTime time.Time `json:"start_time"`
+	EndTime   time.Time `json:"end_time"`
+	// DurationSeconds is the wall-clock time of the run.
+	DurationSeconds float64 `json:"duration_seconds"`
+	// Interrupted is true when the run was stopped before it finished.
+	Interrupted bool `json:"interrupted"`
+	// Stopped counts the episodes that were running when the run was
+	// interrupted; they are not recorded.
+	Stopped int `json:"stopped"`
+	// Resumed counts the episodes read back from an earlier run.
+	Resumed int `json:"resumed"`
+	// StopReasons says why environments (or the run) stopped early, by
+	// environment id ("*" for the whole run).
+	StopReasons map[string]string `json:"stop_reasons,omitempty"`
+}
+
+// PluginStats are one plugin's counters plus the data it attached to the
+// run in rollout hooks.
+type PluginStats struct {
+	plugin.Stats
+	Data map[string]any `json:"data,omitempty"`
+}
+
+// Aggregate summarises a set of episodes. Rates over rewards and tests are
+// taken over scored episodes: those not masked as infrastructure failures.
+type Aggregate struct {
+	Episodes int `json:"episodes"`
+	// Scored counts the episodes that are not masked.
+	Scored    int `json:"scored"`
+	Successes int `json:"successes"`
+	// SuccessRate is Successes / Scored.
+	SuccessRate float64 `json:"success_rate"`
+	// MeanReward is the mean final score of the scored episodes.
+	MeanReward float64 `json:"mean_reward"`
+	// TestsPassed and TestsTotal sum the test cases of scored episodes;
+	// TestPassRate is their ratio.
+	TestsPassed  int     `json:"tests_passed"`
+	TestsTotal   int     `json:"tests_total"`
+	TestPassRate float64 `json:"test_pass_rate"`
+	// MeanDuration is the mean episode wall-clock time, in seconds, over
+	// all episodes.
+	MeanDuration float64 `json:"mean_duration"`
+	// Actions counts tool calls (blocked ones included); ActionErrorRate is
+	// ActionErrors / Actions.
+	Actions         int     `json:"actions"`
+	ActionErrors    int     `json:"action_errors"`
+	ActionErrorRate float64 `json:"action_error_rate"`
+	// PolicyErrors counts episodes ended by a policy failure; Masked
+	// counts every masked episode (policy errors included).
+	PolicyErrors int `json:"policy_errors"`
+	Masked       int `json:"masked"`
+	// ErrorClasses counts episodes by error class.
+	ErrorClasses map[gym.ErrorClass]int `json:"error_classes,omitempty"`
+	// TerminationReasons counts episodes by how they ended.
+	TerminationReasons map[gym.TerminationReason]int `json:"termination_reasons"`
+	// AgentDone counts episodes in which the agent called mark_done.
+	AgentDone int       `json:"agent_done"`
+	Usage     gym.Usage `json:"usage"`
+}
+
+// add counts one episode in a.
+func (a *Aggregate) add(r Record) {
+	er := r.EpisodeResult
+	a.Episodes++
+	if a.TerminationReasons == nil {
+		a.TerminationReasons = map[gym.TerminationReason]int{}
+	}
+	a.TerminationReasons[er.TerminatedReason]++
+	if er.ErrorClass != "" {
+		if a.ErrorClasses == nil {
+			a.ErrorClasses = map[gym.ErrorClass]int{}
+		}
+		a.ErrorClasses[er.ErrorClass]++
+	}
+	if er.ErrorClass == gym.ClassPolicy {
+		a.PolicyErrors++
+	}
+	if er.AgentDone {
+		a.AgentDone++
+	}
+	a.Actions += er.Actions
+	a.ActionErrors += er.ActionErrors
+	a.Usage.Add(r.Usage)
+	// MeanDuration and MeanReward hold sums until finish.
+	a.MeanDuration += er.DurationSeconds
+	if er.Mask {
+		a.Masked++
+		return
+	}
+	a.Scored++
+	a.MeanReward += er.FinalScore
+	if er.Success {
+		a.Successes++
+	}
+	a.TestsPassed += er.TestsPassed
+	a.TestsTotal += er.TestsTotal
+}
+
+// finish turns the sums into means and rates.
+func (a *Aggregate) finish() {
+	a.MeanDuration = div(a.MeanDuration, a.Episodes)
+	a.MeanReward = div(a.MeanReward, a.Scored)
+	a.SuccessRate = div(float64(a.Successes), a.Scored)
+	a.TestPassRate = div(float64(a.TestsPassed), a.TestsTotal)
+	a.ActionErrorRate = div(float64(a.ActionErrors), a.Actions)
+	if a.TerminationReasons == nil {
+		a.TerminationReasons = map[gym.TerminationReason]int{}
+	}
+}
+
+func div(a float64, b int) float64 {
+	if b == 0 {
+		return 0
+	}
+	return a / float64(b)
+}
+
+// Compute aggregates records overall and per environment. Every id in envs
+// gets an entry, even with no episodes.
+func Compute(records []Record, envs []string) (overall Aggregate, perEnv map[string]Aggregate) {
+	perEnv = make(map[string]Aggregate, len(envs))
+	for _, id := range envs {
+		perEnv[id] = Aggregate{}
+	}
+	for _, r := range records {
+		overall.add(r)
+		a := perEnv[r.EnvironmentID]
+		a.add(r)
+		perEnv[r.EnvironmentID] = a
+	}
+	overall.finish()
+	for id, a := range perEnv {
+		a.finish()
+		perEnv[id] = a
+	}
+	return overall, perEnv
+}

@@ -1,0 +1,646 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/gorilla/websocket"
+
+	"github.com/gymserver/gymserver/gym"
+	"github.com/gymserver/gymserver/gym/toolparse"
+	"github.com/gymserver/gymserver/server/wire"
+)
+
+// maxTombstones is how many closed sessions a connection remembers, so that
+// close stays idempotent and late requests get a precise error.
+const maxTombstones = 1024
+
+// conn is one WebSocket connection: one reader (serve's goroutine), one
+// writer, and a goroutine per request.
+type conn struct {
+	srv *Server
+	ws  *websocket.Conn
+	log *slog.Logger
+
+	// ctx is the parent of the connection's request contexts; cancelled
+	// when the reader stops.
+	ctx    context.Context
+	cancel context.CancelFunc
+
+	out        chan []byte   // frames for the writer
+	quit       chan struct{} // closed to stop the writer
+	writerDone chan struct{} // closed when the writer has stopped
+	handlers   sync.WaitGroup
+	inflight   atomic.Int64
+	pongWait   time.Duration
+
+	// mu guards the fields below.
+	mu        sync.Mutex
+	dead      bool // torn down: new sessions are closed at once
+	sessions  map[string]*session
+	reserved  int // sessions open or being reset
+	tombs     map[string]*session
+	tombOrder []string
+}
+
+func newConn(s *Server, ws *websocket.Conn, remote string) *conn {
+	ctx, cancel := context.WithCancel(s.baseCtx)
+	return &conn{
+		srv:        s,
+		ws:         ws,
+		log:        s.log.With("remote", remote),
+		ctx:        ctx,
+		cancel:     cancel,
+		out:        make(chan []byte, 256),
+		quit:       make(chan struct{}),
+		writerDone: make(chan struct{}),
+		pongWait:   3 * s.opts.PingInterval,
+		sessions:   make(map[string]*session),
+		tombs:      make(map[string]*session),
+	}
+}
+
+// serve runs the connection until it closes, then closes its sessions.
+func (c *conn) serve() {
+	c.log.Debug("connection open")
+	go c.write()
+	err := c.read()
+	c.log.Debug("connection closing", "err", err)
+	c.teardown()
+}
+
+// read is the reader loop.
+func (c *conn) read() error {
+	ws := c.ws
+	extend := func() { ws.SetReadDeadline(time.Now().Add(c.pongWait)) }
+	extend()
+	ws.SetPongHandler(func(string) error { extend(); return nil })
+	ws.SetPingHandler(func(data string) error {
+		extend()
+		err := ws.WriteControl(websocket.PongMessage, []byte(data), time.Now().Add(c.pongWait))
+		if errors.Is(err, websocket.ErrCloseSent) {
+			return nil
+		}
+		return err
+	})
+	max := c.srv.opts.MaxFrameBytes
+	var buf bytes.Buffer
+	for {
+		mt, r, err := ws.NextReader()
+		if err != nil {
+			return err
+		}
+		extend()
+		buf.Reset()
+		n, err := buf.ReadFrom(io.LimitReader(r, max+1))
+		if err != nil {
+			return err
+		}
+		if n > max {
+			id, _ := wire.PeekID(buf.Bytes())
+			if _, err := io.Copy(io.Discard, r); err != nil {
+				return err
+			}
+			c.reply(id, nil, errorf(gym.ClassResourceExhausted, wire.ReasonFrameTooLarge,
+				"frame larger than the limit of %d bytes (max_frame_bytes)", max))
+		} else if mt != websocket.BinaryMessage {
+			c.reply(0, nil, errorf(gym.ClassInvalidArgument, wire.ReasonBadFrame, "text message: frames are binary msgpack"))
+		} else {
+			c.dispatch(buf.Bytes())
+		}
+		if buf.Cap() > 1<<20 {
+			buf = bytes.Buffer{}
+		}
+	}
+}
+
+// write is the writer loop: frames in order, and heartbeats.
+func (c *conn) write() {
+	defer close(c.writerDone)
+	ping := time.NewTicker(c.srv.opts.PingInterval)
+	defer ping.Stop()
+	for {
+		select {
+		case f := <-c.out:
+			c.ws.SetWriteDeadline(time.Now().Add(c.pongWait))
+			if err := c.ws.WriteMessage(websocket.BinaryMessage, f); err != nil {
+				c.log.Debug("write failed", "err", err)
+				c.ws.Close() // stops the reader
+				return
+			}
+		case <-ping.C:
+			if err := c.ws.WriteControl(websocket.PingMessage, nil, time.Now().Add(c.pongWait)); err != nil {
+				c.ws.Close()
+				return
+			}
+		case <-c.quit:
+			return
+		}
+	}
+}
+
+// send queues a frame for the writer; it gives up when the writer has
+// stopped.
+func (c *conn) send(f []byte) {
+	select {
+	case c.out <- f:
+	case <-c.writerDone:
+	}
+}
+
+// reply sends the response to request id: result, or err when not nil.
+func (c *conn) reply(id uint64, result any, err error) {
+	resp := wire.Response{ID: id, OK: err == nil, Result: result}
+	if err != nil {
+		resp.Result = nil
+		resp.Error = wireError(err)
+		c.srv.metrics.errors.WithLabelValues(resp.Error.Code).Inc()
+		if resp.Error.Code == string(gym.ClassInternal) {
+			c.log.Error("request failed", "id", id, "err", err)
+		}
+	}
+	f, encErr := wire.Encode(resp)
+	if encErr != nil {
+		c.log.Error("encode response", "id", id, "err", encErr)
+		f, _ = wire.Encode(wire.Response{ID: id, Error: wireError(encErr)})
+	}
+	c.send(f)
+}
+
+// teardown cancels the connection's requests, closes its sessions (removing
+// their sandboxes), waits for its request goroutines and stops the writer.
+func (c *conn) teardown() {
+	c.cancel()
+	c.mu.Lock()
+	c.dead = true
+	live := make([]*session, 0, len(c.sessions))
+	for _, s := range c.sessions {
+		live = append(live, s)
+	}
+	c.mu.Unlock()
+	closeAll(live, false)
+	c.handlers.Wait()
+	close(c.quit)
+	<-c.writerDone
+	c.ws.Close()
+	c.log.Debug("connection closed", "sessions_closed", len(live))
+}
+
+// goAway tells the client the server is going away and closes the
+// connection; serve then tears it down.
+func (c *conn) goAway() {
+	msg := websocket.FormatCloseMessage(websocket.CloseGoingAway, "server shutting down")
+	c.ws.WriteControl(websocket.CloseMessage, msg, time.Now().Add(time.Second))
+	c.ws.Close()
+}
+
+// dispatch decodes one frame and starts its request.
+func (c *conn) dispatch(frame []byte) {
+	var req wire.Request
+	if err := wire.Decode(frame, &req); err != nil {
+		id, _ := wire.PeekID(frame)
+		c.reply(id, nil, err)
+		return
+	}
+	c.srv.metrics.requests.WithLabelValues(metricOp(req.Op)).Inc()
+	switch req.Op {
+	case wire.OpHello:
+		h := c.srv.hello
+		h.Draining = c.srv.draining.Load()
+		if req.Client != "" {
+			c.log.Debug("hello", "client", req.Client)
+		}
+		c.reply(req.ID, h, nil)
+	case wire.OpEnvs:
+		specs := c.srv.opts.Registry.Specs()
+		res := wire.EnvsResult{Envs: make([]wire.EnvSpec, len(specs))}
+		for i, s := range specs {
+			res.Envs[i] = wire.FromEnvSpec(s)
+		}
+		c.reply(req.ID, res, nil)
+	case wire.OpReset:
+		if c.srv.draining.Load() {
+			c.reply(req.ID, nil, errDraining())
+			return
+		}
+		c.spawn(req.ID, func() { c.reset(req) })
+	case wire.OpStep, wire.OpEvaluate:
+		c.queue(req)
+	case wire.OpClose:
+		c.spawn(req.ID, func() { c.closeSession(req) })
+	default:
+		c.reply(req.ID, nil, errorf(gym.ClassInvalidArgument, wire.ReasonUnknownOp,
+			"unknown op %q (want %s)", req.Op, strings.Join(wire.Ops(), ", ")))
+	}
+}
+
+// metricOp bounds the op label to the known ops.
+func metricOp(op string) string {
+	for _, o := range wire.Ops() {
+		if o == op {
+			return op
+		}
+	}
+	return "unknown"
+}
+
+func errDraining() error {
+	return errorf(gym.ClassUnavailable, wire.ReasonDraining, "server is shutting down; retry on another server")
+}
+
+// acquire claims an in-flight slot for a request.
+func (c *conn) acquire(id uint64) bool {
+	if c.inflight.Add(1) > int64(c.srv.opts.MaxInflightPerConn) {
+		c.inflight.Add(-1)
+		c.reply(id, nil, errorf(gym.ClassResourceExhausted, wire.ReasonMaxInflight,
+			"connection has %d requests in flight, the maximum (max_inflight_per_connection)", c.srv.opts.MaxInflightPerConn))
+		return false
+	}
+	c.handlers.Add(1)
+	c.srv.inflight.add()
+	return true
+}
+
+func (c *conn) releaseSlot() {
+	c.srv.inflight.done()
+	c.inflight.Add(-1)
+	c.handlers.Done()
+}
+
+// spawn runs fn in its own goroutine as request id.
+func (c *conn) spawn(id uint64, fn func()) {
+	if !c.acquire(id) {
+		return
+	}
+	go func() {
+		defer c.releaseSlot()
+		fn()
+	}()
+}
+
+// lookup returns the session with the given id: live, or closed (a
+// tombstone, with ok false). Unknown ids are an error.
+func (c *conn) lookup(id string) (s *session, live bool, err error) {
+	if id == "" {
+		return nil, false, errorf(gym.ClassInvalidArgument, wire.ReasonBadRequest, "field session is required")
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if s, ok := c.sessions[id]; ok {
+		return s, true, nil
+	}
+	if s, ok := c.tombs[id]; ok {
+		return s, false, nil
+	}
+	return nil, false, errorf(gym.ClassNotFound, wire.ReasonUnknownSession, "session %q is not open on this connection", id)
+}
+
+// forget removes a closing session from the connection, keeping a
+// tombstone.
+func (c *conn) forget(s *session) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.sessions[s.id] != s {
+		return
+	}
+	delete(c.sessions, s.id)
+	c.reserved--
+	c.tombs[s.id] = s
+	c.tombOrder = append(c.tombOrder, s.id)
+	if len(c.tombOrder) > maxTombstones {
+		delete(c.tombs, c.tombOrder[0])
+		c.tombOrder = c.tombOrder[1:]
+	}
+}
+
+// forget removes a closed session from the server's table.
+func (s *Server) forget(sess *session) {
+	s.mu.Lock()
+	_, ok := s.sessions[sess]
+	delete(s.sessions, sess)
+	if ok {
+		s.reserved--
+	}
+	s.mu.Unlock()
+	if ok {
+		s.metrics.sessions.Dec()
+	}
+}
+
+// reserveSession claims a session slot on the connection and the server.
+func (c *conn) reserveSession() error {
+	c.mu.Lock()
+	if c.reserved >= c.srv.opts.MaxSessionsPerConn {
+		c.mu.Unlock()
+		return errorf(gym.ClassResourceExhausted, wire.ReasonMaxConnectionSessions,
+			"connection has %d sessions, the maximum (max_sessions_per_connection); close sessions first", c.srv.opts.MaxSessionsPerConn)
+	}
+	c.reserved++
+	c.mu.Unlock()
+	if err := c.srv.reserve(); err != nil {
+		c.mu.Lock()
+		c.reserved--
+		c.mu.Unlock()
+		return err
+	}
+	return nil
+}
+
+func (c *conn) unreserveSession() {
+	c.mu.Lock()
+	c.reserved--
+	c.mu.Unlock()
+	c.srv.release()
+}
+
+// register adds a new session to the connection and the server, or closes
+// it when the connection is gone. It reports whether it was added.
+func (c *conn) register(s *session) bool {
+	c.mu.Lock()
+	_, dup := c.sessions[s.id]
+	if c.dead || dup {
+		c.mu.Unlock()
+		return false
+	}
+	c.sessions[s.id] = s
+	c.mu.Unlock()
+	c.srv.mu.Lock()
+	c.srv.sessions[s] = struct{}{}
+	c.srv.mu.Unlock()
+	c.srv.metrics.sessions.Inc()
+	return true
+}
+
+// reset handles a reset request.
+func (c *conn) reset(req wire.Request) {
+	if req.Env == "" {
+		c.reply(req.ID, nil, errorf(gym.ClassInvalidArgument, wire.ReasonBadRequest, "field env is required"))
+		return
+	}
+	env, err := c.srv.opts.Registry.Lookup(req.Env)
+	if err != nil {
+		c.reply(req.ID, nil, &reasonError{reason: wire.ReasonUnknownEnv, err: err})
+		return
+	}
+	if req.Session != "" {
+		old, live, err := c.lookup(req.Session)
+		if err != nil {
+			c.reply(req.ID, nil, err)
+			return
+		}
+		if live {
+			old.close(false)
+		}
+	}
+	if err := c.reserveSession(); err != nil {
+		c.reply(req.ID, nil, err)
+		return
+	}
+	registered := false
+	defer func() {
+		if !registered {
+			c.unreserveSession()
+		}
+	}()
+
+	wctx, cancel := context.WithTimeout(c.ctx, c.srv.opts.ResetWait)
+	err = c.srv.resets.Acquire(wctx, 1)
+	cancel()
+	if err != nil {
+		if c.ctx.Err() == nil {
+			err = errorf(gym.ClassResourceExhausted, wire.ReasonResetWait,
+				"no reset slot free within %s (%d resets run at once, max_concurrent_resets)", c.srv.opts.ResetWait, c.srv.opts.MaxConcurrentResets)
+		}
+		c.reply(req.ID, nil, err)
+		return
+	}
+	start := time.Now()
+	gs, r, err := env.Reset(c.ctx, gym.ResetRequest{Task: req.Task, Seed: req.Seed, Options: jsonOptions(req.Options)})
+	c.srv.resets.Release(1)
+	if err != nil {
+		c.reply(req.ID, nil, fmt.Errorf("reset %s: %w", req.Env, err))
+		return
+	}
+	c.srv.metrics.reset.WithLabelValues(req.Env).Observe(time.Since(start).Seconds())
+	s := newSession(c, req.Env, gs)
+	if !c.register(s) {
+		// The client went away during the reset (or reused an id):
+		// remove the sandbox now.
+		cctx, cancel := context.WithTimeout(context.Background(), c.srv.opts.CloseTimeout)
+		gs.Close(cctx)
+		cancel()
+		c.reply(req.ID, nil, errorf(gym.ClassUnavailable, "", "session %s: connection closed during reset", gs.ID()))
+		return
+	}
+	registered = true // the slots are the session's now; close releases them
+	c.log.Debug("session open", "session_id", s.id, "env", req.Env, "task_id", r.TaskID)
+	c.reply(req.ID, wire.FromReset(r), nil)
+}
+
+// queue handles step and evaluate: they run on their session one at a time
+// in arrival order.
+func (c *conn) queue(req wire.Request) {
+	s, live, err := c.lookup(req.Session)
+	if err == nil && !live {
+		if req.Op == wire.OpEvaluate {
+			// A closed session still answers with its evaluation.
+			c.spawn(req.ID, func() { c.evaluateClosed(req, s) })
+			return
+		}
+		err = s.closedErr()
+	}
+	if err == nil && c.srv.draining.Load() {
+		err = errDraining()
+	}
+	var action gym.Action
+	if err == nil && req.Op == wire.OpStep {
+		err = checkAction(req)
+		action.ToolCalls = wire.ToToolCalls(req.ToolCalls)
+	}
+	if err != nil {
+		c.reply(req.ID, nil, err)
+		return
+	}
+	if !c.acquire(req.ID) {
+		return
+	}
+	prev, done, err := s.enqueue()
+	if err != nil {
+		c.releaseSlot()
+		c.reply(req.ID, nil, err)
+		return
+	}
+	go func() {
+		defer c.releaseSlot()
+		defer s.finish(done)
+		if prev != nil {
+			<-prev
+		}
+		if s.isClosing() {
+			c.reply(req.ID, nil, s.closedErr())
+			return
+		}
+		if req.Op == wire.OpStep {
+			c.step(req, s, action)
+		} else {
+			c.evaluate(req, s)
+		}
+	}()
+}
+
+// checkAction validates the action fields of a step request.
+func checkAction(req wire.Request) error {
+	if req.Text == nil {
+		return nil
+	}
+	if len(req.ToolCalls) > 0 {
+		return errorf(gym.ClassInvalidArgument, wire.ReasonBadRequest, "step has both tool_calls and text; send one")
+	}
+	for _, p := range toolparse.Parsers() {
+		if p == req.Parser {
+			return nil
+		}
+	}
+	if req.Parser == "" {
+		return errorf(gym.ClassInvalidArgument, wire.ReasonBadRequest, "step with text needs a parser (%s)", strings.Join(toolparse.Parsers(), ", "))
+	}
+	return errorf(gym.ClassInvalidArgument, wire.ReasonUnknownParser, "unknown parser %q (want %s)", req.Parser, strings.Join(toolparse.Parsers(), ", "))
+}
+
+// step runs one step on s, its turn having come.
+func (c *conn) step(req wire.Request, s *session, action gym.Action) {
+	var parseErr error
+	if req.Text != nil {
+		action.ToolCalls, parseErr = toolparse.Parse(req.Parser, *req.Text)
+	}
+	start := time.Now()
+	res, err := s.gs.Step(c.ctx, action)
+	if err != nil {
+		if s.isClosing() {
+			err = s.closedErr()
+		}
+		c.reply(req.ID, nil, err)
+		return
+	}
+	c.srv.metrics.step.WithLabelValues(s.env).Observe(time.Since(start).Seconds())
+	out := wire.FromStepResult(res)
+	if req.Text != nil {
+		out.ToolCalls = wire.FromToolCalls(action.ToolCalls)
+	}
+	if parseErr != nil {
+		// The text held a malformed call: the agent sees the parser's
+		// explanation instead of "no tool was called".
+		msg := parseErr.Error()
+		out.Observation.Text = "Error: " + msg
+		if len(out.Info.Calls) == 0 {
+			out.Info.Calls = []wire.CallInfo{{ExitCode: -1}}
+		}
+		out.Info.Calls[0].ErrorClass = string(gym.ClassAgent)
+		out.Info.Calls[0].Error = msg
+	}
+	c.reply(req.ID, out, nil)
+}
+
+// evaluate runs evaluate on s, its turn having come.
+func (c *conn) evaluate(req wire.Request, s *session) {
+	ev, err := s.gs.Evaluate(c.ctx)
+	if err != nil {
+		if s.isClosing() {
+			err = s.closedErr()
+		}
+		c.reply(req.ID, nil, err)
+		return
+	}
+	c.reply(req.ID, wire.FromEvaluation(ev), nil)
+}
+
+// evaluateClosed answers evaluate on a closed session from its result.
+func (c *conn) evaluateClosed(req wire.Request, s *session) {
+	res, _ := s.close(false) // already closed: waits for and returns the result
+	if res.Evaluation == nil {
+		c.reply(req.ID, nil, s.closedErr())
+		return
+	}
+	c.reply(req.ID, wire.FromEvaluation(*res.Evaluation), nil)
+}
+
+// closeSession handles close.
+func (c *conn) closeSession(req wire.Request) {
+	s, _, err := c.lookup(req.Session)
+	if err != nil {
+		c.reply(req.ID, nil, err)
+		return
+	}
+	res, err := s.close(false)
+	if err != nil {
+		c.reply(req.ID, nil, err)
+		return
+	}
+	c.reply(req.ID, wire.FromResult(res), nil)
+}
+
+// jsonOptions converts msgpack-decoded options to the values encoding/json
+// would produce (float64 numbers, strings for bytes), which is what
+// environments expect.
+func jsonOptions(m map[string]any) map[string]any {
+	if m == nil {
+		return nil
+	}
+	out := make(map[string]any, len(m))
+	for k, v := range m {
+		out[k] = jsonValue(v)
+	}
+	return out
+}
+
+func jsonValue(v any) any {
+	switch x := v.(type) {
+	case int8:
+		return float64(x)
+	case int16:
+		return float64(x)
+	case int32:
+		return float64(x)
+	case int64:
+		return float64(x)
+	case int:
+		return float64(x)
+	case uint8:
+		return float64(x)
+	case uint16:
+		return float64(x)
+	case uint32:
+		return float64(x)
+	case uint64:
+		return float64(x)
+	case uint:
+		return float64(x)
+	case float32:
+		return float64(x)
+	case []byte:
+		return string(x)
+	case []any:
+		out := make([]any, len(x))
+		for i, e := range x {
+			out[i] = jsonValue(e)
+		}
+		return out
+	case map[string]any:
+		return jsonOptions(x)
+	case map[any]any:
+		out := make(map[string]any, len(x))
+		for k, e := range x {
+			out[fmt.Sprint(k)] = jsonValue(e)
+		}
+		return out
+	}
+	return v
+}

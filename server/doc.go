@@ -1,0 +1,14 @@
+// Package server serves gym environments over the WebSocket + msgpack
+// protocol specified in wire/PROTOCOL.md.
+//
+// A Server holds the session table of every connection, enforces the
+// limits (frame size, sessions per server and per connection, in-flight
+// requests, concurrent resets, idle-session TTL), authenticates the upgrade
+// with a bearer token, exports Prometheus metrics and drains gracefully.
+// Environments come from an injected Registry, so the server never depends
+// on a concrete environment.
+//
+// Each connection has exactly one reader and one writer goroutine; requests
+// run in their own goroutines, and requests on one session run one at a
+// time in arrival order. Closing a connection closes its sessions.
+package server

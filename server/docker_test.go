@@ -1,0 +1,379 @@
+package server_test
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/filters"
+	"github.com/docker/docker/client"
+	"github.com/docker/docker/pkg/stdcopy"
+
+	gymclient "github.com/gymserver/gymserver/clients/go"
+	"github.com/gymserver/gymserver/envs"
+	"github.com/gymserver/gymserver/envs/baseimage"
+	"github.com/gymserver/gymserver/envs/config"
+	"github.com/gymserver/gymserver/envs/docker"
+	"github.com/gymserver/gymserver/envs/sandbox"
+	"github.com/gymserver/gymserver/envs/sandbox/sandboxtest"
+	"github.com/gymserver/gymserver/gym"
+	"github.com/gymserver/gymserver/server"
+	"github.com/gymserver/gymserver/server/wire"
+)
+
+// The tests in this file run the server on the real Docker Engine with the
+// calculator_api example.
+
+const calculatorConfig = "../examples/calculator_api/config.json"
+
+var (
+	providerOnce sync.Once
+	provider     *docker.Provider
+	providerErr  error
+	dockerCli    *client.Client
+)
+
+// dockerProvider returns the Docker provider shared by this package's
+// tests; TestMain closes it and checks that no container is left.
+func dockerProvider(t testing.TB) *docker.Provider {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("needs Docker; skipped with -short")
+	}
+	bin := sandboxtest.ExecutorBinary(t)
+	providerOnce.Do(func() {
+		dockerCli, providerErr = client.NewClientWithOpts(client.FromEnv, client.WithAPIVersionNegotiation())
+		if providerErr != nil {
+			return
+		}
+		provider, providerErr = docker.New(context.Background(), docker.Options{
+			ExecutorBinary: bin,
+			Client:         dockerCli,
+			BuildBase: func(ctx context.Context, ref string) error {
+				return baseimage.Build(ctx, dockerCli, ref, os.Stderr)
+			},
+		})
+	})
+	if providerErr != nil {
+		t.Fatalf("docker provider: %v", providerErr)
+	}
+	return provider
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if provider != nil {
+		ctx := context.Background()
+		if err := provider.Close(ctx); err != nil {
+			fmt.Fprintln(os.Stderr, "close provider:", err)
+			code = 1
+		}
+		list, err := dockerCli.ContainerList(ctx, container.ListOptions{All: true,
+			Filters: filters.NewArgs(filters.Arg("label", sandbox.LabelOwner+"="+provider.Owner()))})
+		if err != nil || len(list) > 0 {
+			fmt.Fprintln(os.Stderr, "leaked containers after tests:", len(list), err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+// startDockerServer serves the calculator_api example on Docker.
+func startDockerServer(t testing.TB) (*testServer, config.Environment) {
+	t.Helper()
+	p := dockerProvider(t)
+	cfg, err := config.Load(calculatorConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg, err := envs.NewRegistry(context.Background(), cfg, envs.Options{Provider: p})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return startServer(t, server.Options{Registry: reg}, nil), cfg.Environments[0]
+}
+
+// sessionContainers counts the containers of a session.
+func sessionContainers(t testing.TB, session string) int {
+	t.Helper()
+	list, err := dockerCli.ContainerList(context.Background(), container.ListOptions{All: true,
+		Filters: filters.NewArgs(filters.Arg("label", sandbox.LabelSession+"="+session))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(list)
+}
+
+func TestDockerReferenceEpisode(t *testing.T) {
+	ts, ec := startDockerServer(t)
+	c := dial(t, ts, gymclient.Options{})
+	ctx := t.Context()
+	reg, err := c.Registry(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	env, err := reg.Lookup("calculator_api")
+	if err != nil {
+		t.Fatal(err)
+	}
+	calls, err := envs.ReferenceCalls(ec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, r, err := env.Reset(ctx, gym.ResetRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.TaskID != "calculator_api" || len(r.Tools) == 0 || r.Limits.MaxActions != 60 || sessionContainers(t, s.ID()) != 1 {
+		t.Fatalf("reset = %+v", r)
+	}
+	var last gym.StepResult
+	for _, call := range calls {
+		last, err = s.Step(ctx, gym.Action{ToolCalls: []gym.ToolCall{call}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, ci := range last.Info.Calls {
+			if ci.ErrorClass != "" {
+				t.Fatalf("reference call %s: %s %s", ci.Name, ci.ErrorClass, ci.Error)
+			}
+		}
+	}
+	ev := last.Info.Evaluation
+	if !last.Terminated || last.Reward != 1 || ev == nil || ev.Reward != 1 || !ev.Success || ev.Total < 5 {
+		t.Fatalf("final step: reward %v terminated %v evaluation %+v", last.Reward, last.Terminated, ev)
+	}
+	fin, err := s.Close(ctx)
+	if err != nil || fin.Evaluation == nil || fin.Evaluation.Reward != 1 {
+		t.Fatalf("close: %+v %v", fin, err)
+	}
+	if n := sessionContainers(t, s.ID()); n != 0 {
+		t.Errorf("%d containers left after close", n)
+	}
+}
+
+func TestDockerVanishedClientLeavesNoContainer(t *testing.T) {
+	ts, _ := startDockerServer(t)
+	rc := dialRaw(t, ts, nil)
+	var r wire.ResetResult
+	if resp := rc.call(wire.Request{ID: 1, Op: wire.OpReset, Env: "calculator_api"}, &r); !resp.OK {
+		t.Fatalf("reset: %+v", resp.Error)
+	}
+	if n := sessionContainers(t, r.SessionID); n != 1 {
+		t.Fatalf("%d containers for the session, want 1", n)
+	}
+	rc.request(wire.Request{ID: 2, Op: wire.OpStep, Session: r.SessionID,
+		ToolCalls: []wire.ToolCall{{Function: wire.FunctionCall{Name: gym.ToolExecuteCommand, Arguments: `{"command":"echo started > /tmp/started; sleep 100"}`}}}})
+	waitFor(t, "the step to run", 30*time.Second, func() bool {
+		return strings.Contains(scrape(t, ts), `gymserver_requests_total{op="step"} 1`)
+	})
+	time.Sleep(300 * time.Millisecond) // the command is running in the container
+	rc.ws.NetConn().Close()
+	waitFor(t, "the container to be removed", 60*time.Second, func() bool { return sessionContainers(t, r.SessionID) == 0 })
+}
+
+// TestDockerSIGTERMDrain runs the real binary, sends SIGTERM while a step
+// runs, and checks that the step finishes, the process exits 0 and no
+// container is left.
+func TestDockerSIGTERMDrain(t *testing.T) {
+	dockerProvider(t) // skip with -short; builds the base image if needed
+	// GYMSERVER_TEST_BINARY names a prebuilt static binary to test instead.
+	bin := os.Getenv("GYMSERVER_TEST_BINARY")
+	if bin == "" {
+		bin = filepath.Join(t.TempDir(), "gymserver")
+		build := exec.Command("go", "build", "-o", bin, "github.com/gymserver/gymserver")
+		build.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := build.CombinedOutput(); err != nil {
+			t.Fatalf("build: %v\n%s", err, out)
+		}
+	}
+	cmd := exec.Command(bin, "serve", "--config", calculatorConfig, "--addr", "127.0.0.1:0", "--log-level", "DEBUG")
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	addrc := make(chan string, 1)
+	var logMu sync.Mutex
+	var log strings.Builder
+	go func() {
+		listening := regexp.MustCompile(`^listening on (\S+)$`)
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			logMu.Lock()
+			log.WriteString(sc.Text() + "\n")
+			logMu.Unlock()
+			if m := listening.FindStringSubmatch(sc.Text()); m != nil {
+				addrc <- m[1]
+			}
+		}
+		exited <- cmd.Wait()
+	}()
+	defer func() {
+		if t.Failed() {
+			logMu.Lock()
+			t.Logf("server log:\n%s", log.String())
+			logMu.Unlock()
+		}
+	}()
+	t.Cleanup(func() { cmd.Process.Kill() })
+	var addr string
+	select {
+	case addr = <-addrc:
+	case err := <-exited:
+		t.Fatalf("server exited before listening: %v", err)
+	case <-time.After(2 * time.Minute):
+		t.Fatal("server did not print its address")
+	}
+	c, err := gymclient.Dial(t.Context(), addr, gymclient.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	s, _, err := c.Reset(t.Context(), "calculator_api", gym.ResetRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	type stepOut struct {
+		res gym.StepResult
+		err error
+	}
+	stepc := make(chan stepOut, 1)
+	go func() {
+		res, err := s.Step(t.Context(), gym.Action{ToolCalls: []gym.ToolCall{
+			tc("c", gym.ToolExecuteCommand, `{"command":"sleep 2; echo finished"}`)}})
+		stepc <- stepOut{res, err}
+	}()
+	waitFor(t, "the step to reach the server", 30*time.Second, func() bool {
+		resp, err := http.Get("http://" + addr + "/metrics")
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return strings.Contains(string(b), `gymserver_requests_total{op="step"} 1`)
+	})
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	out := <-stepc
+	if out.err != nil || !strings.Contains(out.res.Observation.Text, "finished") {
+		t.Errorf("step during drain: %+v %v, want it finished", out.res.Observation, out.err)
+	}
+	select {
+	case err := <-exited:
+		if err != nil {
+			t.Errorf("server exit: %v, want 0", err)
+		}
+	case <-time.After(2 * time.Minute):
+		t.Fatal("server did not exit after SIGTERM")
+	}
+	if n := sessionContainers(t, s.ID()); n != 0 {
+		t.Errorf("%d containers left after the drain", n)
+	}
+}
+
+// BenchmarkDockerStep measures the full path, Go client -> server ->
+// Docker executor, for execute_command "echo hi", beside a plain Docker API
+// exec (ContainerExecCreate/Attach/Inspect) of the same command in the same
+// container, alternating in the same run.
+func BenchmarkDockerStep(b *testing.B) {
+	ts, _ := startDockerServer(b)
+	c := dial(b, ts, gymclient.Options{})
+	ctx := context.Background()
+	var (
+		s     *gymclient.Session
+		id    string // the session's container
+		steps int
+		limit int
+	)
+	// newSession replaces s: episodes end at their action limit.
+	newSession := func() {
+		if s != nil {
+			s.Close(ctx)
+		}
+		var r gym.Reset
+		var err error
+		s, r, err = c.Reset(ctx, "calculator_api", gym.ResetRequest{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		steps, limit = 0, r.Limits.MaxActions
+		list, err := dockerCli.ContainerList(ctx, container.ListOptions{
+			Filters: filters.NewArgs(filters.Arg("label", sandbox.LabelSession+"="+s.ID()))})
+		if err != nil || len(list) != 1 {
+			b.Fatalf("container of the session: %v %v", list, err)
+		}
+		id = list[0].ID
+	}
+	newSession()
+	defer func() { s.Close(ctx) }()
+	action := gym.Action{ToolCalls: []gym.ToolCall{gym.NewToolCall("c", gym.ToolExecuteCommand, `{"command":"echo hi"}`)}}
+	dockerExec := func() error {
+		ex, err := dockerCli.ContainerExecCreate(ctx, id, container.ExecOptions{Cmd: []string{"/bin/sh", "-c", "echo hi"}, AttachStdout: true, AttachStderr: true})
+		if err != nil {
+			return err
+		}
+		hr, err := dockerCli.ContainerExecAttach(ctx, ex.ID, container.ExecAttachOptions{})
+		if err != nil {
+			return err
+		}
+		var out strings.Builder
+		_, err = stdcopy.StdCopy(&out, io.Discard, hr.Reader)
+		hr.Close()
+		if err != nil {
+			return err
+		}
+		ins, err := dockerCli.ContainerExecInspect(ctx, ex.ID)
+		if err != nil {
+			return err
+		}
+		if ins.ExitCode != 0 || out.String() != "hi\n" {
+			return fmt.Errorf("docker exec: exit %d output %q", ins.ExitCode, out.String())
+		}
+		return nil
+	}
+	var ours, base latencies
+	b.ResetTimer()
+	for range b.N {
+		if limit > 0 && steps >= limit-1 {
+			b.StopTimer()
+			newSession()
+			b.StartTimer()
+		}
+		steps++
+		t0 := time.Now()
+		res, err := s.Step(ctx, action)
+		if err != nil || res.Info.Calls[0].ExitCode != 0 {
+			b.Fatalf("step: %+v %v", res.Info, err)
+		}
+		t1 := time.Now()
+		if err := dockerExec(); err != nil {
+			b.Fatal(err)
+		}
+		ours.add([]time.Duration{t1.Sub(t0)})
+		base.add([]time.Duration{time.Since(t1)})
+	}
+	b.StopTimer()
+	p50, bp50 := ours.quantile(0.5), base.quantile(0.5)
+	b.ReportMetric(float64(p50.Microseconds()), "gymserver-p50-µs")
+	b.ReportMetric(float64(ours.quantile(0.99).Microseconds()), "gymserver-p99-µs")
+	b.ReportMetric(float64(bp50.Microseconds()), "docker-exec-p50-µs")
+	b.Logf("echo hi, %d steps: gymserver (Go client -> server -> executor) p50 %s p99 %s | plain Docker API exec p50 %s p99 %s",
+		b.N, p50, ours.quantile(0.99), bp50, base.quantile(0.99))
+}

@@ -1,0 +1,53 @@
+package server
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+)
+
+// metrics are the server's Prometheus metrics, on a registry of its own.
+type metrics struct {
+	reg         *prometheus.Registry
+	sessions    prometheus.Gauge
+	connections prometheus.Gauge
+	step        *prometheus.HistogramVec
+	reset       *prometheus.HistogramVec
+	requests    *prometheus.CounterVec
+	errors      *prometheus.CounterVec
+}
+
+// latencyBuckets span 50µs (a protocol-only step) to 20 minutes (a long
+// command or a cold reset).
+var latencyBuckets = prometheus.ExponentialBuckets(50e-6, 3, 16)
+
+func newMetrics(containers func() float64) *metrics {
+	m := &metrics{
+		reg: prometheus.NewRegistry(),
+		sessions: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "gymserver_sessions", Help: "Open sessions.",
+		}),
+		connections: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "gymserver_connections", Help: "Open WebSocket connections.",
+		}),
+		step: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "gymserver_step_seconds", Help: "Latency of step requests, by environment.", Buckets: latencyBuckets,
+		}, []string{"env"}),
+		reset: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "gymserver_reset_seconds", Help: "Latency of successful resets (sandbox start), by environment.", Buckets: latencyBuckets,
+		}, []string{"env"}),
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "gymserver_requests_total", Help: "Requests received, by op.",
+		}, []string{"op"}),
+		errors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "gymserver_errors_total", Help: "Error responses, by code (gym error class).",
+		}, []string{"code"}),
+	}
+	m.reg.MustRegister(m.sessions, m.connections, m.step, m.reset, m.requests, m.errors,
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "gymserver_containers", Help: "Sandbox containers held by the server's sessions.",
+		}, containers),
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+	)
+	return m
+}

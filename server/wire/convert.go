@@ -1,0 +1,362 @@
+package wire
+
+import (
+	"time"
+
+	"github.com/gymserver/gymserver/gym"
+)
+
+// The conversions below are the only place where gym types meet wire
+// types: durations become float seconds, times Unix seconds, nil slices
+// empty lists where PROTOCOL.md promises a list.
+
+// seconds converts a gym duration to float seconds.
+func seconds(d gym.Duration) float64 { return time.Duration(d).Seconds() }
+
+// duration converts float seconds to a gym duration.
+func duration(s float64) gym.Duration { return gym.Duration(s * float64(time.Second)) }
+
+// unix converts a time to Unix seconds; the zero time is 0.
+func unix(t time.Time) float64 {
+	if t.IsZero() {
+		return 0
+	}
+	return float64(t.UnixNano()) / 1e9
+}
+
+// fromUnix converts Unix seconds to a time; 0 is the zero time.
+func fromUnix(s float64) time.Time {
+	if s == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, int64(s*1e9)).UTC()
+}
+
+// FromEnvSpec converts an environment spec.
+func FromEnvSpec(s gym.EnvSpec) EnvSpec {
+	out := EnvSpec{ID: s.ID, Description: s.Description, Tasks: make([]TaskSpec, len(s.Tasks)), Tools: FromTools(s.Tools)}
+	for i, t := range s.Tasks {
+		out.Tasks[i] = TaskSpec{ID: t.ID, Prompt: t.Prompt, TestCommands: t.TestCommands, HasReference: t.HasReference}
+	}
+	return out
+}
+
+// ToEnvSpec converts an environment spec.
+func ToEnvSpec(s EnvSpec) gym.EnvSpec {
+	out := gym.EnvSpec{ID: s.ID, Description: s.Description, Tools: ToTools(s.Tools)}
+	for _, t := range s.Tasks {
+		out.Tasks = append(out.Tasks, gym.TaskSpec{ID: t.ID, Prompt: t.Prompt, TestCommands: t.TestCommands, HasReference: t.HasReference})
+	}
+	return out
+}
+
+// FromTools converts tool schemas.
+func FromTools(ts []gym.Tool) []Tool {
+	out := make([]Tool, len(ts))
+	for i, t := range ts {
+		props := make(map[string]Property, len(t.Function.Parameters.Properties))
+		for k, p := range t.Function.Parameters.Properties {
+			props[k] = Property{Type: p.Type, Description: p.Description, Enum: p.Enum}
+		}
+		req := t.Function.Parameters.Required
+		if req == nil {
+			req = []string{}
+		}
+		out[i] = Tool{Type: t.Type, Function: FunctionSpec{
+			Name:        t.Function.Name,
+			Description: t.Function.Description,
+			Parameters: Schema{
+				Type:                 t.Function.Parameters.Type,
+				Properties:           props,
+				Required:             req,
+				AdditionalProperties: t.Function.Parameters.AdditionalProperties,
+			},
+		}}
+	}
+	return out
+}
+
+// ToTools converts tool schemas.
+func ToTools(ts []Tool) []gym.Tool {
+	out := make([]gym.Tool, len(ts))
+	for i, t := range ts {
+		props := make(map[string]gym.Property, len(t.Function.Parameters.Properties))
+		for k, p := range t.Function.Parameters.Properties {
+			props[k] = gym.Property{Type: p.Type, Description: p.Description, Enum: p.Enum}
+		}
+		req := t.Function.Parameters.Required
+		if req == nil {
+			req = []string{}
+		}
+		out[i] = gym.Tool{Type: t.Type, Function: gym.FunctionSpec{
+			Name:        t.Function.Name,
+			Description: t.Function.Description,
+			Parameters: gym.Schema{
+				Type:                 t.Function.Parameters.Type,
+				Properties:           props,
+				Required:             req,
+				AdditionalProperties: t.Function.Parameters.AdditionalProperties,
+			},
+		}}
+	}
+	return out
+}
+
+// FromToolCalls converts tool calls; nil stays nil.
+func FromToolCalls(cs []gym.ToolCall) []ToolCall {
+	if cs == nil {
+		return nil
+	}
+	out := make([]ToolCall, len(cs))
+	for i, c := range cs {
+		out[i] = ToolCall{ID: c.ID, Type: c.Type, Function: FunctionCall{Name: c.Function.Name, Arguments: Arguments(c.Function.Arguments)}}
+	}
+	return out
+}
+
+// ToToolCalls converts tool calls, defaulting Type to "function"; nil
+// stays nil.
+func ToToolCalls(cs []ToolCall) []gym.ToolCall {
+	if cs == nil {
+		return nil
+	}
+	out := make([]gym.ToolCall, len(cs))
+	for i, c := range cs {
+		typ := c.Type
+		if typ == "" {
+			typ = "function"
+		}
+		out[i] = gym.ToolCall{ID: c.ID, Type: typ, Function: gym.FunctionCall{Name: c.Function.Name, Arguments: string(c.Function.Arguments)}}
+	}
+	return out
+}
+
+// FromMessages converts chat messages; the result is never nil.
+func FromMessages(ms []gym.Message) []Message {
+	out := make([]Message, len(ms))
+	for i, m := range ms {
+		out[i] = Message{Role: m.Role, Content: m.Content, ToolCalls: FromToolCalls(m.ToolCalls), ToolCallID: m.ToolCallID, Name: m.Name}
+	}
+	return out
+}
+
+// ToMessages converts chat messages; the result is never nil.
+func ToMessages(ms []Message) []gym.Message {
+	out := make([]gym.Message, len(ms))
+	for i, m := range ms {
+		out[i] = gym.Message{Role: m.Role, Content: m.Content, ToolCalls: ToToolCalls(m.ToolCalls), ToolCallID: m.ToolCallID, Name: m.Name}
+	}
+	return out
+}
+
+// FromReset converts the initial observation of an episode.
+func FromReset(r gym.Reset) ResetResult {
+	return ResetResult{
+		SessionID:    r.SessionID,
+		Env:          r.EnvID,
+		Task:         r.TaskID,
+		SystemPrompt: r.SystemPrompt,
+		Prompt:       r.Prompt,
+		Tools:        FromTools(r.Tools),
+		Messages:     FromMessages(r.Messages),
+		Limits: EpisodeLimits{
+			MaxActions:     r.Limits.MaxActions,
+			GlobalTimeout:  seconds(r.Limits.GlobalTimeout),
+			CommandTimeout: seconds(r.Limits.CommandTimeout),
+		},
+	}
+}
+
+// ToReset converts the initial observation of an episode.
+func ToReset(r ResetResult) gym.Reset {
+	return gym.Reset{
+		SessionID:    r.SessionID,
+		EnvID:        r.Env,
+		TaskID:       r.Task,
+		SystemPrompt: r.SystemPrompt,
+		Prompt:       r.Prompt,
+		Tools:        ToTools(r.Tools),
+		Messages:     ToMessages(r.Messages),
+		Limits: gym.EpisodeLimits{
+			MaxActions:     r.Limits.MaxActions,
+			GlobalTimeout:  duration(r.Limits.GlobalTimeout),
+			CommandTimeout: duration(r.Limits.CommandTimeout),
+		},
+	}
+}
+
+// FromStepResult converts the outcome of a step. Info.Mask is set when a
+// call or the evaluation failed with a masked error class.
+func FromStepResult(r gym.StepResult) StepResult {
+	out := StepResult{
+		Observation: Observation{Messages: FromMessages(r.Observation.Messages), Text: r.Observation.Text},
+		Reward:      r.Reward,
+		Terminated:  r.Terminated,
+		Truncated:   r.Truncated,
+		Info: StepInfo{
+			Step:              r.Info.Step,
+			Actions:           r.Info.Actions,
+			Calls:             make([]CallInfo, len(r.Info.Calls)),
+			TerminationReason: string(r.Info.TerminationReason),
+			AgentDone:         r.Info.AgentDone,
+		},
+	}
+	for i, c := range r.Info.Calls {
+		out.Info.Calls[i] = CallInfo{
+			ID:            c.ID,
+			Name:          c.Name,
+			ExitCode:      c.ExitCode,
+			Duration:      seconds(c.Duration),
+			ErrorClass:    string(c.ErrorClass),
+			Error:         c.Error,
+			OutputDropped: c.OutputDropped,
+			Blocked:       c.Blocked,
+		}
+		if gym.Masked(c.ErrorClass) {
+			out.Info.Mask = true
+		}
+	}
+	if r.Info.Evaluation != nil {
+		ev := FromEvaluation(*r.Info.Evaluation)
+		out.Info.Evaluation = &ev
+		if ev.Mask {
+			out.Info.Mask = true
+		}
+	}
+	if r.Info.TerminationReason == gym.ReasonSandboxError {
+		out.Info.Mask = true
+	}
+	return out
+}
+
+// ToStepResult converts the outcome of a step.
+func ToStepResult(r StepResult) gym.StepResult {
+	out := gym.StepResult{
+		Observation: gym.Observation{Messages: ToMessages(r.Observation.Messages), Text: r.Observation.Text},
+		Reward:      r.Reward,
+		Terminated:  r.Terminated,
+		Truncated:   r.Truncated,
+		Info: gym.StepInfo{
+			Step:              r.Info.Step,
+			Actions:           r.Info.Actions,
+			TerminationReason: gym.TerminationReason(r.Info.TerminationReason),
+			AgentDone:         r.Info.AgentDone,
+		},
+	}
+	if r.Info.Calls != nil {
+		out.Info.Calls = make([]gym.CallInfo, len(r.Info.Calls))
+	}
+	for i, c := range r.Info.Calls {
+		out.Info.Calls[i] = gym.CallInfo{
+			ID:            c.ID,
+			Name:          c.Name,
+			ExitCode:      c.ExitCode,
+			Duration:      duration(c.Duration),
+			ErrorClass:    gym.ErrorClass(c.ErrorClass),
+			Error:         c.Error,
+			OutputDropped: c.OutputDropped,
+			Blocked:       c.Blocked,
+		}
+	}
+	if r.Info.Evaluation != nil {
+		ev := ToEvaluation(*r.Info.Evaluation)
+		out.Info.Evaluation = &ev
+	}
+	return out
+}
+
+// FromEvaluation converts an evaluation.
+func FromEvaluation(e gym.Evaluation) Evaluation {
+	out := Evaluation{
+		Reward:     e.Reward,
+		Success:    e.Success,
+		Mode:       e.Mode,
+		Passed:     e.Passed,
+		Failed:     e.Failed,
+		Errors:     e.Errors,
+		Skipped:    e.Skipped,
+		Total:      e.Total,
+		Tests:      make([]TestCase, len(e.Tests)),
+		Commands:   make([]TestCommand, len(e.Commands)),
+		Duration:   seconds(e.Duration),
+		ErrorClass: string(e.ErrorClass),
+		Error:      e.Error,
+		Mask:       e.Mask,
+	}
+	for i, t := range e.Tests {
+		out.Tests[i] = TestCase{Name: t.Name, Status: t.Status, Message: t.Message, Command: t.Command}
+	}
+	for i, c := range e.Commands {
+		out.Commands[i] = TestCommand{Command: c.Command, ExitCode: c.ExitCode, Output: c.Output,
+			Duration: seconds(c.Duration), TimedOut: c.TimedOut, Source: c.Source, Success: c.Success}
+	}
+	return out
+}
+
+// ToEvaluation converts an evaluation.
+func ToEvaluation(e Evaluation) gym.Evaluation {
+	out := gym.Evaluation{
+		Reward:     e.Reward,
+		Success:    e.Success,
+		Mode:       e.Mode,
+		Passed:     e.Passed,
+		Failed:     e.Failed,
+		Errors:     e.Errors,
+		Skipped:    e.Skipped,
+		Total:      e.Total,
+		Tests:      make([]gym.TestCase, len(e.Tests)),
+		Commands:   make([]gym.TestCommand, len(e.Commands)),
+		Duration:   duration(e.Duration),
+		ErrorClass: gym.ErrorClass(e.ErrorClass),
+		Error:      e.Error,
+		Mask:       e.Mask,
+	}
+	for i, t := range e.Tests {
+		out.Tests[i] = gym.TestCase{Name: t.Name, Status: t.Status, Message: t.Message, Command: t.Command}
+	}
+	for i, c := range e.Commands {
+		out.Commands[i] = gym.TestCommand{Command: c.Command, ExitCode: c.ExitCode, Output: c.Output,
+			Duration: duration(c.Duration), TimedOut: c.TimedOut, Source: c.Source, Success: c.Success}
+	}
+	return out
+}
+
+// FromResult converts the final record of a session.
+func FromResult(r gym.Result) Result {
+	out := Result{
+		SessionID:         r.SessionID,
+		Env:               r.EnvID,
+		Task:              r.TaskID,
+		Steps:             r.Steps,
+		Actions:           r.Actions,
+		TerminationReason: string(r.TerminationReason),
+		AgentDone:         r.AgentDone,
+		StartTime:         unix(r.StartTime),
+		EndTime:           unix(r.EndTime),
+	}
+	if r.Evaluation != nil {
+		ev := FromEvaluation(*r.Evaluation)
+		out.Evaluation = &ev
+	}
+	return out
+}
+
+// ToResult converts the final record of a session.
+func ToResult(r Result) gym.Result {
+	out := gym.Result{
+		SessionID:         r.SessionID,
+		EnvID:             r.Env,
+		TaskID:            r.Task,
+		Steps:             r.Steps,
+		Actions:           r.Actions,
+		TerminationReason: gym.TerminationReason(r.TerminationReason),
+		AgentDone:         r.AgentDone,
+		StartTime:         fromUnix(r.StartTime),
+		EndTime:           fromUnix(r.EndTime),
+	}
+	if r.Evaluation != nil {
+		ev := ToEvaluation(*r.Evaluation)
+		out.Evaluation = &ev
+	}
+	return out
+}

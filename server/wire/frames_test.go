@@ -1,0 +1,87 @@
+package wire_test
+
+import (
+	"time"
+
+	"github.com/gymserver/gymserver/gym"
+	"github.com/gymserver/gymserver/server/wire"
+)
+
+// frame is one named example frame of the protocol.
+type frame struct {
+	name string
+	v    any
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// exampleFrames returns a request and a response of every op, built from
+// gym values through the same conversions the server uses.
+func exampleFrames() []frame {
+	tools := wire.FromTools(gym.StandardTools()[3:]) // mark_done: small
+	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	ev := gym.Evaluation{
+		Reward: 0.5, Success: false, Mode: "pass_rate", Passed: 1, Failed: 1, Total: 2,
+		Tests: []gym.TestCase{
+			{Name: "tests/test_calc.py::test_add", Status: gym.TestPassed},
+			{Name: "tests/test_calc.py::test_div", Status: gym.TestFailed, Message: "ZeroDivisionError"},
+		},
+		Commands: []gym.TestCommand{{Command: "pytest -q tests", ExitCode: 1, Output: "1 failed, 1 passed", Duration: gym.Duration(800 * time.Millisecond), Source: "junit"}},
+		Duration: gym.Duration(time.Second),
+	}
+	step := gym.StepResult{
+		Observation: gym.Observation{
+			Messages: []gym.Message{{Role: gym.RoleTool, Content: "hi\n", ToolCallID: "c1", Name: gym.ToolExecuteCommand}},
+			Text:     "hi\n",
+		},
+		Info: gym.StepInfo{Step: 1, Actions: 1, Calls: []gym.CallInfo{{ID: "c1", Name: gym.ToolExecuteCommand, ExitCode: 0, Duration: gym.Duration(2 * time.Millisecond)}}},
+	}
+	final := gym.StepResult{
+		Observation: gym.Observation{
+			Messages: []gym.Message{{Role: gym.RoleTool, Content: "Task marked as done.", ToolCallID: "call_0", Name: gym.ToolMarkDone}},
+			Text:     "Task marked as done.",
+		},
+		Reward:     0.5,
+		Terminated: true,
+		Info: gym.StepInfo{Step: 2, Actions: 2, Calls: []gym.CallInfo{{ID: "call_0", Name: gym.ToolMarkDone, ExitCode: -1}},
+			TerminationReason: gym.ReasonCompleted, Evaluation: &ev, AgentDone: true},
+	}
+	finalWire := wire.FromStepResult(final)
+	finalWire.ToolCalls = wire.FromToolCalls([]gym.ToolCall{gym.NewToolCall("call_0", gym.ToolMarkDone, "{}")})
+	reset := gym.Reset{
+		SessionID: "mem-1", EnvID: "mem", TaskID: "hello", SystemPrompt: "You are an agent.", Prompt: "Write hello to a.txt.",
+		Tools:    gym.StandardTools()[3:],
+		Messages: []gym.Message{{Role: gym.RoleSystem, Content: "You are an agent."}, {Role: gym.RoleUser, Content: "Write hello to a.txt."}},
+		Limits:   gym.EpisodeLimits{MaxActions: 50, GlobalTimeout: gym.Duration(30 * time.Minute), CommandTimeout: gym.Duration(2 * time.Minute)},
+	}
+	return []frame{
+		{"hello_request", wire.Request{ID: 1, Op: wire.OpHello, Client: "example/1"}},
+		{"hello_response", wire.Response{ID: 1, OK: true, Result: wire.HelloResult{
+			Server: "gymserver", ServerVersion: "dev", Protocol: wire.Version, Subprotocol: wire.Subprotocol, Instance: "3f9c2a",
+			Ops: wire.Ops(), Parsers: []string{"hermes", "json", "react"},
+			Capabilities: []string{wire.CapPipelining, wire.CapMultiSession, wire.CapMultiCall, wire.CapRawText, wire.CapEvaluate},
+			Limits: wire.Limits{MaxFrameBytes: wire.DefaultMaxFrameBytes, MaxSessions: 1024, MaxSessionsPerConnection: 512,
+				MaxInflightPerConnection: 4096, MaxConcurrentResets: 16, ResetWait: 300, IdleSessionTTL: 1800, PingInterval: 15, MaxDepth: wire.MaxDepth},
+		}}},
+		{"envs_request", wire.Request{ID: 2, Op: wire.OpEnvs}},
+		{"envs_response", wire.Response{ID: 2, OK: true, Result: wire.EnvsResult{Envs: []wire.EnvSpec{{
+			ID: "mem", Description: "in-memory", Tasks: []wire.TaskSpec{{ID: "hello", Prompt: "Write hello to a.txt.", TestCommands: 1, HasReference: true}}, Tools: tools,
+		}}}}},
+		{"reset_request", wire.Request{ID: 3, Op: wire.OpReset, Env: "mem", Task: "hello", Seed: ptr(int64(7)), Options: map[string]any{"difficulty": "easy"}}},
+		{"reset_response", wire.Response{ID: 3, OK: true, Result: wire.FromReset(reset)}},
+		{"step_request", wire.Request{ID: 4, Op: wire.OpStep, Session: "mem-1", ToolCalls: wire.FromToolCalls([]gym.ToolCall{
+			gym.NewToolCall("c1", gym.ToolExecuteCommand, `{"command": "echo hi"}`)})}},
+		{"step_response", wire.Response{ID: 4, OK: true, Result: wire.FromStepResult(step)}},
+		{"step_text_request", wire.Request{ID: 5, Op: wire.OpStep, Session: "mem-1", Parser: "hermes",
+			Text: ptr(`Done.<tool_call>{"name": "mark_done", "arguments": {}}</tool_call>`)}},
+		{"step_text_response", wire.Response{ID: 5, OK: true, Result: finalWire}},
+		{"evaluate_request", wire.Request{ID: 6, Op: wire.OpEvaluate, Session: "mem-1"}},
+		{"evaluate_response", wire.Response{ID: 6, OK: true, Result: wire.FromEvaluation(ev)}},
+		{"close_request", wire.Request{ID: 7, Op: wire.OpClose, Session: "mem-1"}},
+		{"close_response", wire.Response{ID: 7, OK: true, Result: wire.FromResult(gym.Result{
+			SessionID: "mem-1", EnvID: "mem", TaskID: "hello", Steps: 2, Actions: 2, TerminationReason: gym.ReasonCompleted,
+			AgentDone: true, Evaluation: &ev, StartTime: start, EndTime: start.Add(1500 * time.Millisecond),
+		})}},
+		{"error_response", wire.Response{ID: 8, Error: &wire.Error{Code: "episode_done", Reason: wire.ReasonSessionClosed, Message: "session mem-1: closed"}}},
+	}
+}

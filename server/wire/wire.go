@@ -1,0 +1,316 @@
+package wire
+
+// Path is the WebSocket endpoint.
+const Path = "/v1/ws"
+
+// Subprotocol is the WebSocket subprotocol of version 1.
+const Subprotocol = "gymserver.v1+msgpack"
+
+// Version is the protocol's major version.
+const Version = 1
+
+// MaxDepth is the deepest nesting of maps and arrays a frame may have.
+const MaxDepth = 64
+
+// DefaultMaxFrameBytes is the default limit on the size of one frame.
+const DefaultMaxFrameBytes = 16 << 20
+
+// The ops.
+const (
+	OpHello    = "hello"
+	OpEnvs     = "envs"
+	OpReset    = "reset"
+	OpStep     = "step"
+	OpEvaluate = "evaluate"
+	OpClose    = "close"
+)
+
+// Ops returns the ops of version 1, in the order PROTOCOL.md lists them.
+func Ops() []string {
+	return []string{OpHello, OpEnvs, OpReset, OpStep, OpEvaluate, OpClose}
+}
+
+// The capabilities a server may announce in HelloResult.Capabilities.
+const (
+	CapPipelining   = "pipelining"
+	CapMultiSession = "multi_session"
+	CapMultiCall    = "multi_call"
+	CapRawText      = "raw_text"
+	CapEvaluate     = "evaluate"
+)
+
+// Reasons refine an error code for conditions the server detects itself.
+// They are stable; new ones may be added.
+const (
+	ReasonBadFrame              = "bad_frame"
+	ReasonBadRequest            = "bad_request"
+	ReasonUnknownOp             = "unknown_op"
+	ReasonUnknownParser         = "unknown_parser"
+	ReasonFrameTooLarge         = "frame_too_large"
+	ReasonUnknownEnv            = "unknown_env"
+	ReasonUnknownSession        = "unknown_session"
+	ReasonSessionExpired        = "session_expired"
+	ReasonSessionClosed         = "session_closed"
+	ReasonMaxSessions           = "max_sessions"
+	ReasonMaxConnectionSessions = "max_connection_sessions"
+	ReasonMaxInflight           = "max_inflight"
+	ReasonResetWait             = "reset_wait"
+	ReasonDraining              = "draining"
+)
+
+// Request is a request frame. It is the union of the fields of every op;
+// each op reads the fields PROTOCOL.md lists for it and ignores the rest.
+type Request struct {
+	ID uint64 `msgpack:"id"`
+	Op string `msgpack:"op"`
+
+	// Client names the client, for logs (hello).
+	Client string `msgpack:"client,omitempty"`
+
+	// Env, Task, Seed and Options select a new episode (reset).
+	Env     string         `msgpack:"env,omitempty"`
+	Task    string         `msgpack:"task,omitempty"`
+	Seed    *int64         `msgpack:"seed,omitempty"`
+	Options map[string]any `msgpack:"options,omitempty"`
+
+	// Session is the session a request applies to (step, evaluate, close;
+	// for reset, the session to close first).
+	Session string `msgpack:"session,omitempty"`
+
+	// ToolCalls is a structured action (step).
+	ToolCalls []ToolCall `msgpack:"tool_calls,omitempty"`
+	// Text is raw model text to parse with Parser (step).
+	Text *string `msgpack:"text,omitempty"`
+	// Parser names the raw-text parser: hermes, json or react.
+	Parser string `msgpack:"parser,omitempty"`
+}
+
+// Response is a response frame: Result when OK, Error otherwise.
+type Response struct {
+	ID     uint64 `msgpack:"id"`
+	OK     bool   `msgpack:"ok"`
+	Result any    `msgpack:"result,omitempty"`
+	Error  *Error `msgpack:"error,omitempty"`
+}
+
+// Error is the error of a failed request.
+type Error struct {
+	// Code is a gym error class (see gym.ErrorClass): a closed set.
+	Code string `msgpack:"code" json:"code"`
+	// Message is for humans.
+	Message string `msgpack:"message" json:"message"`
+	// Mask tells a trainer to drop the sample (infrastructure failure).
+	Mask bool `msgpack:"mask" json:"mask"`
+	// Reason refines Code for conditions the server detects itself.
+	Reason string `msgpack:"reason,omitempty" json:"reason,omitempty"`
+}
+
+// HelloResult is the result of hello.
+type HelloResult struct {
+	Server        string   `msgpack:"server"`
+	ServerVersion string   `msgpack:"server_version"`
+	Protocol      int      `msgpack:"protocol"`
+	Subprotocol   string   `msgpack:"subprotocol"`
+	Instance      string   `msgpack:"instance"`
+	Ops           []string `msgpack:"ops"`
+	Parsers       []string `msgpack:"parsers"`
+	Capabilities  []string `msgpack:"capabilities"`
+	Limits        Limits   `msgpack:"limits"`
+	Draining      bool     `msgpack:"draining"`
+}
+
+// Limits are the server's limits, as reported by hello. Durations are in
+// seconds.
+type Limits struct {
+	MaxFrameBytes            int64   `msgpack:"max_frame_bytes"`
+	MaxSessions              int     `msgpack:"max_sessions"`
+	MaxSessionsPerConnection int     `msgpack:"max_sessions_per_connection"`
+	MaxInflightPerConnection int     `msgpack:"max_inflight_per_connection"`
+	MaxConcurrentResets      int     `msgpack:"max_concurrent_resets"`
+	ResetWait                float64 `msgpack:"reset_wait"`
+	IdleSessionTTL           float64 `msgpack:"idle_session_ttl"`
+	PingInterval             float64 `msgpack:"ping_interval"`
+	MaxDepth                 int     `msgpack:"max_depth"`
+}
+
+// EnvsResult is the result of envs.
+type EnvsResult struct {
+	Envs []EnvSpec `msgpack:"envs"`
+}
+
+// EnvSpec describes an environment.
+type EnvSpec struct {
+	ID          string     `msgpack:"id"`
+	Description string     `msgpack:"description,omitempty"`
+	Tasks       []TaskSpec `msgpack:"tasks"`
+	Tools       []Tool     `msgpack:"tools"`
+}
+
+// TaskSpec describes a task.
+type TaskSpec struct {
+	ID           string `msgpack:"id"`
+	Prompt       string `msgpack:"prompt"`
+	TestCommands int    `msgpack:"test_commands"`
+	HasReference bool   `msgpack:"has_reference"`
+}
+
+// Tool is a tool schema in the OpenAI function format.
+type Tool struct {
+	Type     string       `msgpack:"type"`
+	Function FunctionSpec `msgpack:"function"`
+}
+
+// FunctionSpec describes a function tool.
+type FunctionSpec struct {
+	Name        string `msgpack:"name"`
+	Description string `msgpack:"description"`
+	Parameters  Schema `msgpack:"parameters"`
+}
+
+// Schema is the flat JSON Schema of a tool's parameters.
+type Schema struct {
+	Type                 string              `msgpack:"type"`
+	Properties           map[string]Property `msgpack:"properties"`
+	Required             []string            `msgpack:"required"`
+	AdditionalProperties bool                `msgpack:"additionalProperties"`
+}
+
+// Property is the schema of one parameter.
+type Property struct {
+	Type        string   `msgpack:"type"`
+	Description string   `msgpack:"description"`
+	Enum        []string `msgpack:"enum,omitempty"`
+}
+
+// ResetResult is the result of reset: the initial observation.
+type ResetResult struct {
+	SessionID    string        `msgpack:"session_id"`
+	Env          string        `msgpack:"env"`
+	Task         string        `msgpack:"task"`
+	SystemPrompt string        `msgpack:"system_prompt"`
+	Prompt       string        `msgpack:"prompt"`
+	Tools        []Tool        `msgpack:"tools"`
+	Messages     []Message     `msgpack:"messages"`
+	Limits       EpisodeLimits `msgpack:"limits"`
+}
+
+// EpisodeLimits are the bounds of an episode; durations in seconds.
+type EpisodeLimits struct {
+	MaxActions     int     `msgpack:"max_actions"`
+	GlobalTimeout  float64 `msgpack:"global_timeout"`
+	CommandTimeout float64 `msgpack:"command_timeout"`
+}
+
+// Message is a chat message in the OpenAI shape.
+type Message struct {
+	Role       string     `msgpack:"role"`
+	Content    string     `msgpack:"content"`
+	ToolCalls  []ToolCall `msgpack:"tool_calls,omitempty"`
+	ToolCallID string     `msgpack:"tool_call_id,omitempty"`
+	Name       string     `msgpack:"name,omitempty"`
+}
+
+// ToolCall is a tool call in the OpenAI function-calling shape.
+type ToolCall struct {
+	ID       string       `msgpack:"id"`
+	Type     string       `msgpack:"type"`
+	Function FunctionCall `msgpack:"function"`
+}
+
+// FunctionCall names a tool and carries its raw JSON arguments.
+type FunctionCall struct {
+	Name      string    `msgpack:"name"`
+	Arguments Arguments `msgpack:"arguments"`
+}
+
+// StepResult is the result of step.
+type StepResult struct {
+	Observation Observation `msgpack:"observation"`
+	Reward      float64     `msgpack:"reward"`
+	Terminated  bool        `msgpack:"terminated"`
+	Truncated   bool        `msgpack:"truncated"`
+	Info        StepInfo    `msgpack:"info"`
+	// ToolCalls are the calls parsed from a step's text.
+	ToolCalls []ToolCall `msgpack:"tool_calls,omitempty"`
+}
+
+// Observation is what the agent sees after a step.
+type Observation struct {
+	Messages []Message `msgpack:"messages"`
+	Text     string    `msgpack:"text"`
+}
+
+// StepInfo carries diagnostics of a step.
+type StepInfo struct {
+	Step              int         `msgpack:"step"`
+	Actions           int         `msgpack:"actions"`
+	Calls             []CallInfo  `msgpack:"calls"`
+	TerminationReason string      `msgpack:"termination_reason,omitempty"`
+	Evaluation        *Evaluation `msgpack:"evaluation,omitempty"`
+	AgentDone         bool        `msgpack:"agent_done,omitempty"`
+	// Mask is true when the step hit an infrastructure failure.
+	Mask bool `msgpack:"mask,omitempty"`
+}
+
+// CallInfo describes the execution of one tool call.
+type CallInfo struct {
+	ID            string  `msgpack:"id"`
+	Name          string  `msgpack:"name"`
+	ExitCode      int     `msgpack:"exit_code"`
+	Duration      float64 `msgpack:"duration"`
+	ErrorClass    string  `msgpack:"error_class,omitempty"`
+	Error         string  `msgpack:"error,omitempty"`
+	OutputDropped int64   `msgpack:"output_dropped,omitempty"`
+	Blocked       bool    `msgpack:"blocked,omitempty"`
+}
+
+// Evaluation is the verdict of the hidden tests.
+type Evaluation struct {
+	Reward     float64       `msgpack:"reward"`
+	Success    bool          `msgpack:"success"`
+	Mode       string        `msgpack:"mode"`
+	Passed     int           `msgpack:"passed"`
+	Failed     int           `msgpack:"failed"`
+	Errors     int           `msgpack:"errors"`
+	Skipped    int           `msgpack:"skipped"`
+	Total      int           `msgpack:"total"`
+	Tests      []TestCase    `msgpack:"tests"`
+	Commands   []TestCommand `msgpack:"commands"`
+	Duration   float64       `msgpack:"duration"`
+	ErrorClass string        `msgpack:"error_class,omitempty"`
+	Error      string        `msgpack:"error,omitempty"`
+	Mask       bool          `msgpack:"mask"`
+}
+
+// TestCase is the result of one test case.
+type TestCase struct {
+	Name    string `msgpack:"name"`
+	Status  string `msgpack:"status"`
+	Message string `msgpack:"message,omitempty"`
+	Command int    `msgpack:"command"`
+}
+
+// TestCommand is the run of one unit-test command.
+type TestCommand struct {
+	Command  string  `msgpack:"command"`
+	ExitCode int     `msgpack:"exit_code"`
+	Output   string  `msgpack:"output"`
+	Duration float64 `msgpack:"duration"`
+	TimedOut bool    `msgpack:"timed_out,omitempty"`
+	Source   string  `msgpack:"source"`
+	Success  bool    `msgpack:"success"`
+}
+
+// Result is the result of close: the final record of a session.
+type Result struct {
+	SessionID         string      `msgpack:"session_id"`
+	Env               string      `msgpack:"env"`
+	Task              string      `msgpack:"task"`
+	Steps             int         `msgpack:"steps"`
+	Actions           int         `msgpack:"actions"`
+	TerminationReason string      `msgpack:"termination_reason"`
+	AgentDone         bool        `msgpack:"agent_done"`
+	Evaluation        *Evaluation `msgpack:"evaluation"`
+	StartTime         float64     `msgpack:"start_time"`
+	EndTime           float64     `msgpack:"end_time"`
+}
