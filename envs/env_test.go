@@ -68,7 +68,7 @@ func TestMain(m *testing.M) {
 		}
 		// No container of ours may outlive the tests.
 		list, err := dockerCli.ContainerList(ctx, container.ListOptions{All: true,
-			Filters: filters.NewArgs(filters.Arg("label", sandbox.LabelOwner))})
+			Filters: filters.NewArgs(filters.Arg("label", sandbox.LabelOwner+"="+provider.Owner()))})
 		if err != nil || len(list) > 0 {
 			println("leaked containers after tests:", len(list), err)
 			code = 1

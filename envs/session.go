@@ -29,9 +29,11 @@ type session struct {
 	sb    sandbox.Sandbox
 	start time.Time
 
-	// cancelMu guards cancelStep.
+	// cancelMu guards the fields below: the cancel functions of the steps
+	// running or waiting, which Close cancels all at once.
 	cancelMu   sync.Mutex
-	cancelStep context.CancelFunc
+	cancelSeq  int
+	cancelStep map[int]context.CancelFunc
 
 	// mu serialises calls and guards the fields below.
 	mu               sync.Mutex
@@ -84,8 +86,18 @@ func (s *session) Step(ctx context.Context, a gym.Action) (gym.StepResult, error
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	s.cancelMu.Lock()
-	s.cancelStep = cancel
+	if s.cancelStep == nil {
+		s.cancelStep = map[int]context.CancelFunc{}
+	}
+	s.cancelSeq++
+	key := s.cancelSeq
+	s.cancelStep[key] = cancel
 	s.cancelMu.Unlock()
+	defer func() {
+		s.cancelMu.Lock()
+		delete(s.cancelStep, key)
+		s.cancelMu.Unlock()
+	}()
 
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -382,8 +394,8 @@ func (s *session) evaluate(ctx context.Context) (gym.Evaluation, error) {
 // Close ends the episode, removes the sandbox and returns the result.
 func (s *session) Close(ctx context.Context) (gym.Result, error) {
 	s.cancelMu.Lock()
-	if s.cancelStep != nil {
-		s.cancelStep()
+	for _, cancel := range s.cancelStep {
+		cancel()
 	}
 	s.cancelMu.Unlock()
 

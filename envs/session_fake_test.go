@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/gymserver/gymserver/envs"
 	"github.com/gymserver/gymserver/envs/config"
@@ -121,5 +122,38 @@ func TestFakeAgentErrorsAndLimit(t *testing.T) {
 	r = step(t, s, call(gym.ToolExecuteCommand, gym.ExecuteCommandArgs{Command: "true"}), call(gym.ToolExecuteCommand, gym.ExecuteCommandArgs{Command: "true"}))
 	if !r.Truncated || r.Info.TerminationReason != gym.ReasonMaxActions {
 		t.Fatalf("after 5 actions: %+v", r.Info)
+	}
+}
+
+// TestFakeCloseCancelsEveryWaitingStep checks that Close cancels a running
+// step and one queued behind it, not only the latest.
+func TestFakeCloseCancelsEveryWaitingStep(t *testing.T) {
+	started := make(chan struct{}, 2)
+	e, _ := fakeEnv(t, func(ctx context.Context, sb *sandboxtest.FakeSandbox, req sandbox.ExecRequest) (sandbox.ExecResult, error) {
+		started <- struct{}{}
+		<-ctx.Done()
+		return sandbox.ExecResult{}, ctx.Err()
+	})
+	s, _, err := e.Reset(t.Context(), gym.ResetRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	errs := make(chan error, 2)
+	for range 2 {
+		go func() {
+			_, err := s.Step(t.Context(), gym.Action{ToolCalls: []gym.ToolCall{call(gym.ToolExecuteCommand, gym.ExecuteCommandArgs{Command: "sleep 1000"})}})
+			errs <- err
+		}()
+	}
+	<-started // one step runs, the other waits for it
+	if _, err := s.Close(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		select {
+		case <-errs:
+		case <-time.After(10 * time.Second):
+			t.Fatal("a step was still blocked after Close")
+		}
 	}
 }

@@ -130,6 +130,14 @@ func (c *conn) write() {
 	for {
 		select {
 		case f := <-c.out:
+			if f == nil {
+				// goAway's marker: every frame queued before it is
+				// written; now say goodbye and stop the reader.
+				msg := websocket.FormatCloseMessage(websocket.CloseGoingAway, "server shutting down")
+				c.ws.WriteControl(websocket.CloseMessage, msg, time.Now().Add(time.Second))
+				c.ws.Close()
+				return
+			}
 			c.ws.SetWriteDeadline(time.Now().Add(c.pongWait))
 			if err := c.ws.WriteMessage(websocket.BinaryMessage, f); err != nil {
 				c.log.Debug("write failed", "err", err)
@@ -194,12 +202,12 @@ func (c *conn) teardown() {
 	c.log.Debug("connection closed", "sessions_closed", len(live))
 }
 
-// goAway tells the client the server is going away and closes the
-// connection; serve then tears it down.
+// goAway tells the client the server is going away, after the responses
+// already queued, and closes the connection; serve then tears it down.
 func (c *conn) goAway() {
-	msg := websocket.FormatCloseMessage(websocket.CloseGoingAway, "server shutting down")
-	c.ws.WriteControl(websocket.CloseMessage, msg, time.Now().Add(time.Second))
-	c.ws.Close()
+	// The marker goes through the writer's queue, so responses already
+	// queued (the drained requests' answers) reach the client first.
+	c.send(nil)
 }
 
 // dispatch decodes one frame and starts its request.

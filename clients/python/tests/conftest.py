@@ -139,15 +139,16 @@ def _docker_leftovers() -> List[str]:
 
 @pytest.fixture(scope="session")
 def live_env() -> Iterator[Dict[str, Path]]:
-    """live_env builds the gymserver binary and the combined config, or skips the live tests."""
-    mode = os.environ.get("GYMSERVER_LIVE", "auto")
-    if mode == "0":
+    """live_env builds the gymserver binary and the combined config.
+
+    The live tests fail when the server cannot be built or started; set
+    GYMSERVER_LIVE=0 to skip them on a machine without Go or Docker.
+    """
+    if os.environ.get("GYMSERVER_LIVE") == "0":
         pytest.skip("GYMSERVER_LIVE=0")
 
     def unavailable(why: str) -> None:
-        if mode == "1":
-            pytest.fail(f"live server unavailable: {why}")
-        pytest.skip(f"live server unavailable: {why}")
+        pytest.fail(f"live server unavailable: {why}")
 
     if shutil.which("go") is None or shutil.which("docker") is None:
         unavailable("go or docker not on PATH")
@@ -157,9 +158,6 @@ def live_env() -> Iterator[Dict[str, Path]]:
     build = subprocess.run(["go", "build", "-o", str(binary), str(REPO)], cwd=str(REPO), env=env, capture_output=True, text=True, timeout=600)
     if build.returncode != 0:
         unavailable("go build failed:\n" + build.stderr[-2000:])
-    probe = subprocess.run([str(binary), "serve", "-h"], capture_output=True, text=True, timeout=30)
-    if "unknown command" in (probe.stdout + probe.stderr):
-        unavailable("this gymserver has no serve command yet")
     try:
         yield {"binary": binary, "config": _combined_config(tmp), "tmp": tmp}
     finally:

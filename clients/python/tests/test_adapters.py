@@ -129,13 +129,13 @@ def test_trl_environment_factory(backend: Backend) -> None:
     envs[1].write_file(backend.solution_path, SOLUTION)  # not marked done: evaluated by the reward function
     assert "hi" in envs[2].execute_command("echo hi")
     rewards = gymserver_reward(["c0", "c1", "c2"], environments=envs)
-    assert rewards[0] == pytest.approx(1.0) and rewards[1] == pytest.approx(1.0) and rewards[2] == pytest.approx(0.0)
+    assert rewards[0] == pytest.approx(1.0) and rewards[1] == pytest.approx(1.0) and rewards[2] < 1.0
     # async variant, batched
     for e in envs:
         e.reset(task=None)
     envs[2].write_file(backend.solution_path, SOLUTION)
     rewards = asyncio.run(gymserver_reward_async(["a", "b", "c"], environments=envs))
-    assert rewards == pytest.approx([0.0, 0.0, 1.0])
+    assert rewards[0] < 1.0 and rewards[1] < 1.0 and rewards[2] == pytest.approx(1.0)
 
 
 def test_skyrl_text_env(backend: Backend) -> None:
