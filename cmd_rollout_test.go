@@ -12,16 +12,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/docker/docker/api/types/container"
-	"github.com/docker/docker/api/types/filters"
-	"github.com/docker/docker/client"
+	"github.com/gymserver/gymserver/envs/docker/dockertest"
 
 	"github.com/gymserver/gymserver/envs"
-	"github.com/gymserver/gymserver/envs/baseimage"
 	"github.com/gymserver/gymserver/envs/config"
-	"github.com/gymserver/gymserver/envs/docker"
-	"github.com/gymserver/gymserver/envs/sandbox"
-	"github.com/gymserver/gymserver/envs/sandbox/sandboxtest"
 	"github.com/gymserver/gymserver/gym"
 	"github.com/gymserver/gymserver/gym/gymtest"
 	"github.com/gymserver/gymserver/policy/rollout"
@@ -161,36 +155,12 @@ func dockerLoader(t *testing.T) registryLoader {
 		if err != nil {
 			return nil, nil, err
 		}
-		cli, err := client.NewClientWithOpts(client.FromEnv, client.WithAPIVersionNegotiation())
-		if err != nil {
-			return nil, nil, err
-		}
-		p, err := docker.New(ctx, docker.Options{
-			ExecutorBinary: sandboxtest.ExecutorBinary(t),
-			Client:         cli,
-			Logger:         logger,
-			BuildBase: func(ctx context.Context, ref string) error {
-				return baseimage.Build(ctx, cli, ref, os.Stderr)
-			},
-		})
-		if err != nil {
-			return nil, nil, err
-		}
+		p, _ := dockertest.New(t, logger)
 		reg, err := envs.NewRegistry(ctx, cfg, envs.Options{Provider: p, Logger: logger})
 		if err != nil {
-			p.Close(ctx)
 			return nil, nil, err
 		}
-		closeFn := func(ctx context.Context) error {
-			err := p.Close(ctx)
-			list, lerr := cli.ContainerList(ctx, container.ListOptions{All: true,
-				Filters: filters.NewArgs(filters.Arg("label", sandbox.LabelOwner+"="+p.Owner()))})
-			if lerr != nil || len(list) > 0 {
-				t.Errorf("containers left after the run: %d (%v)", len(list), lerr)
-			}
-			return err
-		}
-		return reg, closeFn, nil
+		return reg, p.Close, nil
 	}
 }
 

@@ -6,76 +6,31 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/gymserver/gymserver/envs/docker/dockertest"
+
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/filters"
-	"github.com/docker/docker/client"
 
 	"github.com/gymserver/gymserver/envs"
-	"github.com/gymserver/gymserver/envs/baseimage"
 	"github.com/gymserver/gymserver/envs/config"
 	"github.com/gymserver/gymserver/envs/docker"
 	"github.com/gymserver/gymserver/envs/sandbox"
-	"github.com/gymserver/gymserver/envs/sandbox/sandboxtest"
 	"github.com/gymserver/gymserver/gym"
 )
 
 // The tests in this file run real episodes on the real Docker Engine with
 // the examples' configs.
 
-var (
-	providerOnce sync.Once
-	provider     *docker.Provider
-	providerErr  error
-	dockerCli    *client.Client
-)
+// shared is the Docker provider of this package's tests.
+var shared dockertest.Shared
 
-// testProvider returns a Docker provider shared by the tests of this
-// package; TestMain closes it.
-func testProvider(t *testing.T) *docker.Provider {
-	t.Helper()
-	bin := sandboxtest.ExecutorBinary(t)
-	providerOnce.Do(func() {
-		ctx := context.Background()
-		dockerCli, providerErr = client.NewClientWithOpts(client.FromEnv, client.WithAPIVersionNegotiation())
-		if providerErr != nil {
-			return
-		}
-		provider, providerErr = docker.New(ctx, docker.Options{
-			ExecutorBinary: bin,
-			Client:         dockerCli,
-			BuildBase: func(ctx context.Context, ref string) error {
-				return baseimage.Build(ctx, dockerCli, ref, os.Stderr)
-			},
-		})
-	})
-	if providerErr != nil {
-		t.Fatalf("docker provider: %v", providerErr)
-	}
-	return provider
-}
+// testProvider returns the shared Docker provider.
+func testProvider(t *testing.T) *docker.Provider { return shared.Provider(t) }
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	if provider != nil {
-		ctx := context.Background()
-		if err := provider.Close(ctx); err != nil {
-			println("close provider:", err.Error())
-			code = 1
-		}
-		// No container of ours may outlive the tests.
-		list, err := dockerCli.ContainerList(ctx, container.ListOptions{All: true,
-			Filters: filters.NewArgs(filters.Arg("label", sandbox.LabelOwner+"="+provider.Owner()))})
-		if err != nil || len(list) > 0 {
-			println("leaked containers after tests:", len(list), err)
-			code = 1
-		}
-	}
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { os.Exit(shared.Main(m)) }
 
 // loadEnv loads one environment of an example config.
 func loadEnv(t *testing.T, example string) (*envs.TaskEnv, config.Environment) {
@@ -326,7 +281,7 @@ func TestCloseRemovesContainer(t *testing.T) {
 		t.Fatal(err)
 	}
 	list := func() int {
-		l, err := dockerCli.ContainerList(t.Context(), container.ListOptions{All: true,
+		l, err := shared.Client().ContainerList(t.Context(), container.ListOptions{All: true,
 			Filters: filters.NewArgs(filters.Arg("label", sandbox.LabelSession+"="+s.ID()))})
 		if err != nil {
 			t.Fatal(err)

@@ -16,18 +16,17 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gymserver/gymserver/envs/docker/dockertest"
+
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/filters"
-	"github.com/docker/docker/client"
 	"github.com/docker/docker/pkg/stdcopy"
 
 	gymclient "github.com/gymserver/gymserver/clients/go"
 	"github.com/gymserver/gymserver/envs"
-	"github.com/gymserver/gymserver/envs/baseimage"
 	"github.com/gymserver/gymserver/envs/config"
 	"github.com/gymserver/gymserver/envs/docker"
 	"github.com/gymserver/gymserver/envs/sandbox"
-	"github.com/gymserver/gymserver/envs/sandbox/sandboxtest"
 	"github.com/gymserver/gymserver/gym"
 	"github.com/gymserver/gymserver/server"
 	"github.com/gymserver/gymserver/server/wire"
@@ -38,57 +37,13 @@ import (
 
 const calculatorConfig = "../examples/calculator_api/config.json"
 
-var (
-	providerOnce sync.Once
-	provider     *docker.Provider
-	providerErr  error
-	dockerCli    *client.Client
-)
+// shared is the Docker provider of this package's tests.
+var shared dockertest.Shared
 
-// dockerProvider returns the Docker provider shared by this package's
-// tests; TestMain closes it and checks that no container is left.
-func dockerProvider(t testing.TB) *docker.Provider {
-	t.Helper()
-	if testing.Short() {
-		t.Skip("needs Docker; skipped with -short")
-	}
-	bin := sandboxtest.ExecutorBinary(t)
-	providerOnce.Do(func() {
-		dockerCli, providerErr = client.NewClientWithOpts(client.FromEnv, client.WithAPIVersionNegotiation())
-		if providerErr != nil {
-			return
-		}
-		provider, providerErr = docker.New(context.Background(), docker.Options{
-			ExecutorBinary: bin,
-			Client:         dockerCli,
-			BuildBase: func(ctx context.Context, ref string) error {
-				return baseimage.Build(ctx, dockerCli, ref, os.Stderr)
-			},
-		})
-	})
-	if providerErr != nil {
-		t.Fatalf("docker provider: %v", providerErr)
-	}
-	return provider
-}
+// dockerProvider returns the shared Docker provider (skipped with -short).
+func dockerProvider(t testing.TB) *docker.Provider { return shared.Provider(t) }
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	if provider != nil {
-		ctx := context.Background()
-		if err := provider.Close(ctx); err != nil {
-			fmt.Fprintln(os.Stderr, "close provider:", err)
-			code = 1
-		}
-		list, err := dockerCli.ContainerList(ctx, container.ListOptions{All: true,
-			Filters: filters.NewArgs(filters.Arg("label", sandbox.LabelOwner+"="+provider.Owner()))})
-		if err != nil || len(list) > 0 {
-			fmt.Fprintln(os.Stderr, "leaked containers after tests:", len(list), err)
-			code = 1
-		}
-	}
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { os.Exit(shared.Main(m)) }
 
 // startDockerServer serves the calculator_api example on Docker.
 func startDockerServer(t testing.TB) (*testServer, config.Environment) {
@@ -108,7 +63,7 @@ func startDockerServer(t testing.TB) (*testServer, config.Environment) {
 // sessionContainers counts the containers of a session.
 func sessionContainers(t testing.TB, session string) int {
 	t.Helper()
-	list, err := dockerCli.ContainerList(context.Background(), container.ListOptions{All: true,
+	list, err := shared.Client().ContainerList(context.Background(), container.ListOptions{All: true,
 		Filters: filters.NewArgs(filters.Arg("label", sandbox.LabelSession+"="+session))})
 	if err != nil {
 		t.Fatal(err)
@@ -314,7 +269,7 @@ func BenchmarkDockerStep(b *testing.B) {
 			b.Fatal(err)
 		}
 		steps, limit = 0, r.Limits.MaxActions
-		list, err := dockerCli.ContainerList(ctx, container.ListOptions{
+		list, err := shared.Client().ContainerList(ctx, container.ListOptions{
 			Filters: filters.NewArgs(filters.Arg("label", sandbox.LabelSession+"="+s.ID()))})
 		if err != nil || len(list) != 1 {
 			b.Fatalf("container of the session: %v %v", list, err)
@@ -325,11 +280,11 @@ func BenchmarkDockerStep(b *testing.B) {
 	defer func() { s.Close(ctx) }()
 	action := gym.Action{ToolCalls: []gym.ToolCall{gym.NewToolCall("c", gym.ToolExecuteCommand, `{"command":"echo hi"}`)}}
 	dockerExec := func() error {
-		ex, err := dockerCli.ContainerExecCreate(ctx, id, container.ExecOptions{Cmd: []string{"/bin/sh", "-c", "echo hi"}, AttachStdout: true, AttachStderr: true})
+		ex, err := shared.Client().ContainerExecCreate(ctx, id, container.ExecOptions{Cmd: []string{"/bin/sh", "-c", "echo hi"}, AttachStdout: true, AttachStderr: true})
 		if err != nil {
 			return err
 		}
-		hr, err := dockerCli.ContainerExecAttach(ctx, ex.ID, container.ExecAttachOptions{})
+		hr, err := shared.Client().ContainerExecAttach(ctx, ex.ID, container.ExecAttachOptions{})
 		if err != nil {
 			return err
 		}
@@ -339,7 +294,7 @@ func BenchmarkDockerStep(b *testing.B) {
 		if err != nil {
 			return err
 		}
-		ins, err := dockerCli.ContainerExecInspect(ctx, ex.ID)
+		ins, err := shared.Client().ContainerExecInspect(ctx, ex.ID)
 		if err != nil {
 			return err
 		}

@@ -11,8 +11,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gymserver/gymserver/envs/docker/dockertest"
+
 	"github.com/docker/docker/api/types/container"
-	"github.com/docker/docker/api/types/filters"
 	"github.com/docker/docker/client"
 	"github.com/docker/docker/errdefs"
 	"github.com/docker/docker/pkg/stdcopy"
@@ -23,38 +24,10 @@ import (
 	"github.com/gymserver/gymserver/envs/sandbox/sandboxtest"
 )
 
-// newProvider returns a provider on the local Docker Engine with the
-// executor built from this tree; it is closed when the test ends, and the
-// test fails if a container of its owner remains.
+// newProvider returns a provider of the test's own; see dockertest.New.
 func newProvider(t testing.TB) (*docker.Provider, *client.Client) {
 	t.Helper()
-	bin := sandboxtest.ExecutorBinary(t)
-	cli, err := client.NewClientWithOpts(client.FromEnv, client.WithAPIVersionNegotiation())
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx := context.Background()
-	p, err := docker.New(ctx, docker.Options{
-		ExecutorBinary: bin,
-		Client:         cli,
-		BuildBase: func(ctx context.Context, ref string) error {
-			return baseimage.Build(ctx, cli, ref, os.Stderr)
-		},
-	})
-	if err != nil {
-		t.Fatalf("docker provider: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := p.Close(ctx); err != nil {
-			t.Errorf("close provider: %v", err)
-		}
-		list, err := cli.ContainerList(ctx, container.ListOptions{All: true,
-			Filters: filters.NewArgs(filters.Arg("label", sandbox.LabelOwner+"="+p.Owner()))})
-		if err != nil || len(list) > 0 {
-			t.Errorf("containers left after close: %d (%v)", len(list), err)
-		}
-	})
-	return p, cli
+	return dockertest.New(t, nil)
 }
 
 // TestConformance runs the whole sandbox conformance suite on the real
