@@ -308,3 +308,34 @@ func TestCloseRemovesContainer(t *testing.T) {
 		t.Errorf("step after close: %v", err)
 	}
 }
+
+// TestKilledContainerIsSandboxError kills the session's container behind
+// its back: the next step reports a masked sandbox_error, and the
+// environment still serves new sessions.
+func TestKilledContainerIsSandboxError(t *testing.T) {
+	e, _ := loadEnv(t, "fix_inventory")
+	s, _ := reset(t, e)
+	list, err := shared.Client().ContainerList(t.Context(), container.ListOptions{
+		Filters: filters.NewArgs(filters.Arg("label", sandbox.LabelSession+"="+s.ID()))})
+	if err != nil || len(list) != 1 {
+		t.Fatalf("find the session's container: %d found, %v", len(list), err)
+	}
+	if err := shared.Client().ContainerKill(t.Context(), list[0].ID, "KILL"); err != nil {
+		t.Fatal(err)
+	}
+	r, err := s.Step(t.Context(), gym.Action{ToolCalls: []gym.ToolCall{call(gym.ToolExecuteCommand, gym.ExecuteCommandArgs{Command: "echo hi"})}})
+	switch {
+	case err != nil:
+		if gym.ClassOf(err) != gym.ClassSandbox || !gym.Masked(gym.ClassOf(err)) {
+			t.Fatalf("step error %v (class %s), want sandbox_error", err, gym.ClassOf(err))
+		}
+	case len(r.Info.Calls) != 1 || r.Info.Calls[0].ErrorClass != gym.ClassSandbox ||
+		!r.Done() || r.Info.TerminationReason != gym.ReasonSandboxError:
+		t.Fatalf("step after the container died: %+v", r.Info)
+	}
+	// The next session works.
+	s2, _ := reset(t, e)
+	if r := step(t, s2, call(gym.ToolExecuteCommand, gym.ExecuteCommandArgs{Command: "echo alive"})); !strings.Contains(r.Observation.Text, "alive") {
+		t.Fatalf("new session: %q", r.Observation.Text)
+	}
+}
