@@ -31,7 +31,7 @@ func newLogger(w io.Writer, level string) (*slog.Logger, error) {
 // provider, with this binary as the in-sandbox executor and the
 // registry-free base image builder as the fallback for images that cannot
 // be pulled.
-func newProvider(ctx context.Context, logger *slog.Logger) (*docker.Provider, error) {
+func newProvider(ctx context.Context, logger *slog.Logger, opts loadOptions) (*docker.Provider, error) {
 	self, err := os.Executable()
 	if err != nil {
 		return nil, fmt.Errorf("find own executable: %w", err)
@@ -48,6 +48,7 @@ func newProvider(ctx context.Context, logger *slog.Logger) (*docker.Provider, er
 		ExecutorArgs:   []string{executorCommand},
 		Logger:         logger,
 		Client:         cli,
+		WarmPool:       opts.WarmPool,
 		BuildBase: func(ctx context.Context, ref string) error {
 			if !baseimage.Known(ref) {
 				return fmt.Errorf("image %s cannot be pulled and is not a built-in base image (%s)", ref, strings.Join(baseimage.Refs(), ", "))
@@ -62,10 +63,17 @@ func newProvider(ctx context.Context, logger *slog.Logger) (*docker.Provider, er
 	return p, nil
 }
 
+// loadOptions tune the Docker provider behind the environments.
+type loadOptions struct {
+	// WarmPool is the number of started sandboxes kept ready per
+	// environment (0: none); see docker.Options.WarmPool.
+	WarmPool int
+}
+
 // loadRegistry loads the config at path and returns its environments on the
 // Docker provider, and a function that closes the provider (removing every
 // sandbox it still owns).
-func loadRegistry(ctx context.Context, path string, logger *slog.Logger) (*gym.Registry, func(context.Context) error, error) {
+func loadRegistry(ctx context.Context, path string, logger *slog.Logger, opts loadOptions) (*gym.Registry, func(context.Context) error, error) {
 	cfg, err := config.Load(path)
 	if err != nil {
 		return nil, nil, err
@@ -73,7 +81,7 @@ func loadRegistry(ctx context.Context, path string, logger *slog.Logger) (*gym.R
 	for _, w := range cfg.Warnings {
 		logger.Warn(w)
 	}
-	p, err := newProvider(ctx, logger)
+	p, err := newProvider(ctx, logger, opts)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -36,6 +36,7 @@ type rolloutFlags struct {
 	dryRun, quiet          bool
 	logLevel               string
 	parallel, episodes     int
+	warmPool               int
 	policy                 string
 	server, token          string
 	// set holds the names of the flags given on the command line.
@@ -70,7 +71,7 @@ func (s *secondsFlag) Set(v string) error {
 // registryLoader loads a config's environments and returns a function that
 // releases them; loadRegistry is the real one (Docker, this binary as the
 // sandbox executor).
-type registryLoader func(ctx context.Context, path string, logger *slog.Logger) (*gym.Registry, func(context.Context) error, error)
+type registryLoader func(ctx context.Context, path string, logger *slog.Logger, opts loadOptions) (*gym.Registry, func(context.Context) error, error)
 
 // runRollout implements "gymserver rollout CONFIG": it runs episodes with an
 // LLM, oracle or replay policy and writes trajectories, results and stats.
@@ -97,6 +98,7 @@ func rolloutWith(ctx context.Context, args []string, stdout, stderr io.Writer, l
 	fs.BoolVar(&f.quiet, "quiet", false, "no progress bar and no summary table")
 	fs.IntVar(&f.parallel, "parallel", 0, "episodes run at once (default: rollout_config.max_parallel_rollouts)")
 	fs.IntVar(&f.episodes, "episodes", 0, "episodes per environment (default: episode_control_config.max_episodes)")
+	fs.IntVar(&f.warmPool, "warm-pool", 0, "started sandboxes kept ready per environment, so episodes start at once (in process only)")
 	fs.StringVar(&f.policy, "policy", "llm", "llm, oracle (each environment's reference solution) or replay:FILE (a trajectory's calls)")
 	fs.StringVar(&f.server, "server", "", "run against a remote gymserver at this ws:// URL instead of in process")
 	fs.StringVar(&f.token, "token", "", "bearer token for --server (default: $GYMSERVER_TOKEN)")
@@ -119,6 +121,9 @@ func rolloutWith(ctx context.Context, args []string, stdout, stderr io.Writer, l
 	}
 	if f.set["parallel"] && f.parallel < 1 {
 		return fail(2, "--parallel must be at least 1")
+	}
+	if f.warmPool < 0 {
+		return fail(2, "--warm-pool must not be negative")
 	}
 	if f.set["episodes"] && f.episodes < 1 {
 		return fail(2, "--episodes must be at least 1")
@@ -188,7 +193,7 @@ func rolloutWith(ctx context.Context, args []string, stdout, stderr io.Writer, l
 			list = append(list, e)
 		}
 	} else {
-		reg, closeFn, err := load(ctx, path, logger)
+		reg, closeFn, err := load(ctx, path, logger, loadOptions{WarmPool: f.warmPool})
 		if err != nil {
 			return fail(1, "%v", err)
 		}

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gymserver/gymserver/envs/docker"
 	"github.com/gymserver/gymserver/envs/docker/dockertest"
 
 	"github.com/gymserver/gymserver/envs"
@@ -43,7 +44,7 @@ func runCmd(t *testing.T, load registryLoader, args ...string) (code int, stdout
 
 // noLoader fails the test when the command tries to reach Docker.
 func noLoader(t *testing.T) registryLoader {
-	return func(context.Context, string, *slog.Logger) (*gym.Registry, func(context.Context) error, error) {
+	return func(context.Context, string, *slog.Logger, loadOptions) (*gym.Registry, func(context.Context) error, error) {
 		t.Error("the command tried to load the environments")
 		return nil, nil, context.Canceled
 	}
@@ -150,12 +151,12 @@ func TestRolloutAPIKeyPrecedence(t *testing.T) {
 // run the test-built static executor, and checks on close that none of its
 // containers is left.
 func dockerLoader(t *testing.T) registryLoader {
-	return func(ctx context.Context, path string, logger *slog.Logger) (*gym.Registry, func(context.Context) error, error) {
+	return func(ctx context.Context, path string, logger *slog.Logger, opts loadOptions) (*gym.Registry, func(context.Context) error, error) {
 		cfg, err := config.Load(path)
 		if err != nil {
 			return nil, nil, err
 		}
-		p, _ := dockertest.New(t, logger)
+		p, _ := dockertest.NewWith(t, docker.Options{Logger: logger, WarmPool: opts.WarmPool})
 		reg, err := envs.NewRegistry(ctx, cfg, envs.Options{Provider: p, Logger: logger})
 		if err != nil {
 			return nil, nil, err

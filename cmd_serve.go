@@ -28,6 +28,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	resetWait := fs.Duration("reset-wait", server.DefaultResetWait, "how long a reset waits for a start slot")
 	idleTTL := fs.Duration("idle-ttl", server.DefaultIdleSessionTTL, "close sessions without requests for this long")
 	pingInterval := fs.Duration("ping-interval", server.DefaultPingInterval, "WebSocket heartbeat period")
+	warmPool := fs.Int("warm-pool", 0, "started sandboxes kept ready per environment, so resets return at once")
 	drainTimeout := fs.Duration("drain-timeout", server.DefaultDrainTimeout, "on SIGTERM, how long in-flight requests may finish")
 	logLevel := fs.String("log-level", "INFO", "log level: DEBUG, INFO, WARN, ERROR")
 	fs.Usage = func() {
@@ -55,7 +56,11 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	}
 	defer ln.Close()
 
-	reg, closeEnvs, err := loadRegistry(ctx, *configPath, logger)
+	if *warmPool < 0 {
+		fmt.Fprintln(stderr, "gymserver serve: --warm-pool must not be negative")
+		return 2
+	}
+	reg, closeEnvs, err := loadRegistry(ctx, *configPath, logger, loadOptions{WarmPool: *warmPool})
 	if err != nil {
 		fmt.Fprintln(stderr, "gymserver serve:", err)
 		return 1

@@ -193,6 +193,9 @@ func (e *TaskEnv) Reset(ctx context.Context, req gym.ResetRequest) (gym.Session,
 	if err != nil {
 		return nil, gym.Reset{}, gym.Classify(fmt.Errorf("environment %s: session %s: start sandbox: %w", e.cfg.ID, id, err), gym.ClassSandbox)
 	}
+	if n, ok := sb.(sandbox.Named); ok && n.SessionID() != "" {
+		id = n.SessionID() // a pooled sandbox was labelled before this reset
+	}
 	s := &session{env: e, id: id, sb: sb, start: time.Now()}
 	e.log.Info("session started", "session_id", id, "sandbox", shortID(sb.ID()))
 	return s, s.initial(), nil

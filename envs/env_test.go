@@ -339,3 +339,61 @@ func TestKilledContainerIsSandboxError(t *testing.T) {
 		t.Fatalf("new session: %q", r.Observation.Text)
 	}
 }
+
+// TestPooledResetKeepsLabelAndID checks that with a warm pool the second
+// reset gets a pooled sandbox whose gymserver.session label is the
+// session's id, and that the episode works as usual.
+func TestPooledResetKeepsLabelAndID(t *testing.T) {
+	p, cli := dockertest.NewWith(t, docker.Options{WarmPool: 1})
+	cfg, err := config.Load(filepath.Join("..", "examples", "fix_inventory", "config.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := envs.New(cfg, cfg.Environments[0], envs.Options{Provider: p})
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, _ := reset(t, e)
+	image, err := e.Prepare(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ec := cfg.Environments[0]
+	spec := sandbox.Spec{Image: image, WorkDir: ec.WorkingDirectory, Env: ec.EnvironmentVariables,
+		Labels:    map[string]string{sandbox.LabelTask: ec.ID},
+		Resources: sandbox.Resources{MemoryBytes: ec.Resources.MemoryBytes, CPUs: ec.Resources.CPUs, PIDs: ec.Resources.PIDs},
+		Network:   ec.Network}
+	deadline := time.Now().Add(time.Minute)
+	for p.Pooled(spec) < 1 {
+		if time.Now().After(deadline) {
+			t.Fatal("the pool did not fill")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	before := time.Now()
+	second, _ := reset(t, e)
+	if second.ID() == first.ID() {
+		t.Fatalf("two sessions with id %s", first.ID())
+	}
+	list, err := cli.ContainerList(t.Context(), container.ListOptions{
+		Filters: filters.NewArgs(filters.Arg("label", sandbox.LabelSession+"="+second.ID()))})
+	if err != nil || len(list) != 1 {
+		t.Fatalf("containers labelled with session %s: %d (%v)", second.ID(), len(list), err)
+	}
+	// The pooled container was made before this reset began.
+	info, err := cli.ContainerInspect(t.Context(), list[0].ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	created, err := time.Parse(time.RFC3339Nano, info.Created)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !created.Before(before) {
+		t.Errorf("container created at %s, after the reset began at %s: not from the pool", created, before)
+	}
+	r := step(t, second, call(gym.ToolMarkDone, gym.MarkDoneArgs{}))
+	if r.Info.Evaluation == nil || r.Info.Evaluation.Total != 10 || r.Info.Evaluation.ErrorClass != "" {
+		t.Fatalf("evaluation in a pooled sandbox: %+v", r.Info.Evaluation)
+	}
+}

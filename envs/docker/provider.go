@@ -65,6 +65,10 @@ type Options struct {
 	// BuildBase, when set, is called for a base image that is neither
 	// present nor pullable.
 	BuildBase func(ctx context.Context, ref string) error
+	// WarmPool is the number of started, idle sandboxes kept ready for
+	// each distinct Spec, so that Create returns at once (0: none). The
+	// pool for a Spec fills after its first Create.
+	WarmPool int
 }
 
 // Provider makes Docker sandboxes. It is safe for concurrent use.
@@ -77,11 +81,21 @@ type Provider struct {
 	starts    chan struct{}
 	execHash  string
 
+	// bgCtx ends when the provider closes; bg counts the goroutines
+	// filling the warm pool.
+	bgCtx    context.Context
+	bgCancel context.CancelFunc
+	bg       sync.WaitGroup
+
 	// mu guards the fields below.
 	mu       sync.Mutex
 	live     map[string]*Sandbox
 	building map[string]chan struct{}
 	closed   bool
+	// pool holds ready sandboxes by poolKey; filling counts the starts in
+	// flight for each key.
+	pool    map[string][]*Sandbox
+	filling map[string]int
 }
 
 var _ sandbox.Provider = (*Provider)(nil)
@@ -105,7 +119,10 @@ func New(ctx context.Context, opts Options) (*Provider, error) {
 		execHash: hex.EncodeToString(sum[:]),
 		live:     map[string]*Sandbox{},
 		building: map[string]chan struct{}{},
+		pool:     map[string][]*Sandbox{},
+		filling:  map[string]int{},
 	}
+	p.bgCtx, p.bgCancel = context.WithCancel(context.Background())
 	if p.log == nil {
 		p.log = slog.New(slog.DiscardHandler)
 	}
@@ -234,6 +251,13 @@ func (p *Provider) Close(ctx context.Context) error {
 		return nil
 	}
 	p.closed = true
+	p.mu.Unlock()
+	// Stop filling the pool first, so no sandbox starts after the list
+	// below is taken.
+	p.bgCancel()
+	p.bg.Wait()
+	p.mu.Lock()
+	p.pool = map[string][]*Sandbox{}
 	live := make([]*Sandbox, 0, len(p.live))
 	for _, s := range p.live {
 		live = append(live, s)

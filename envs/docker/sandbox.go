@@ -27,8 +27,12 @@ const pingTimeout = 20 * time.Second
 
 // Sandbox is one container with its attached executor.
 type Sandbox struct {
-	p    *Provider
-	id   string
+	p  *Provider
+	id string
+	// session is the container's gymserver.session label.
+	session string
+	// made is when the container started.
+	made time.Time
 	exec *executor.Client
 	conn types.HijackedResponse
 	// copied ends when the stream demultiplexer stops.
@@ -40,9 +44,27 @@ type Sandbox struct {
 
 var _ sandbox.Sandbox = (*Sandbox)(nil)
 
-// Create starts a container from a prepared image and attaches its
+// Create returns a sandbox for spec: a ready one from the warm pool when
+// Options.WarmPool is set and one is waiting (its session id is then its
+// own; see SessionID), else a container started now. On failure nothing is
+// left behind.
+func (p *Provider) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sandbox, error) {
+	if p.opts.WarmPool <= 0 {
+		return p.create(ctx, spec)
+	}
+	key := poolKey(spec)
+	// Whether or not this call is served from the pool, the pool is
+	// topped up for the next one.
+	defer p.refill(key, spec)
+	if s := p.takePooled(key); s != nil {
+		return s, nil
+	}
+	return p.create(ctx, spec)
+}
+
+// create starts a container from a prepared image and attaches its
 // executor. On failure nothing is left behind.
-func (p *Provider) Create(ctx context.Context, spec sandbox.Spec) (_ sandbox.Sandbox, err error) {
+func (p *Provider) create(ctx context.Context, spec sandbox.Spec) (_ *Sandbox, err error) {
 	p.mu.Lock()
 	closed := p.closed
 	p.mu.Unlock()
@@ -99,7 +121,7 @@ func (p *Provider) Create(ctx context.Context, spec sandbox.Spec) (_ sandbox.San
 	if err != nil {
 		return nil, gym.Classify(fmt.Errorf("docker: create container from %s: %w", spec.Image, err), gym.ClassSandbox)
 	}
-	s := &Sandbox{p: p, id: created.ID}
+	s := &Sandbox{p: p, id: created.ID, session: spec.Labels[sandbox.LabelSession], made: time.Now()}
 	defer func() {
 		if err != nil {
 			s.Close(context.WithoutCancel(ctx))
@@ -172,6 +194,13 @@ func (w hijackWriter) Close() error {
 
 // ID is the container id.
 func (s *Sandbox) ID() string { return s.id }
+
+// SessionID is the container's gymserver.session label: the id the caller
+// asked for, or, for a sandbox from the warm pool, the id it was started
+// with. The environment uses it as the session's id.
+func (s *Sandbox) SessionID() string { return s.session }
+
+var _ sandbox.Named = (*Sandbox)(nil)
 
 // diagnose adds what the engine knows about the container to an executor
 // failure, so that "stream closed" reads as "container was OOM-killed".

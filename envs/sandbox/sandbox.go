@@ -47,6 +47,14 @@ type Sandbox interface {
 	Close(ctx context.Context) error
 }
 
+// Named is implemented by sandboxes that carry a session id of their own:
+// a provider with a warm pool starts containers, labelled with a session id,
+// before the session exists. The environment uses SessionID, when it is not
+// empty, as the session's id so that the label and the id agree.
+type Named interface {
+	SessionID() string
+}
+
 // Provider makes sandboxes. It is safe for concurrent use.
 type Provider interface {
 	// Prepare builds (or finds in its cache) the image for spec and returns

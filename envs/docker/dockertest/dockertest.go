@@ -21,22 +21,24 @@ import (
 	"github.com/gymserver/gymserver/envs/sandbox/sandboxtest"
 )
 
-// open connects to the Engine and makes a provider whose executor is the
-// static binary sandboxtest builds; missing base images are built locally.
-func open(t testing.TB, logger *slog.Logger) (*docker.Provider, *client.Client, error) {
-	bin := sandboxtest.ExecutorBinary(t)
+// open connects to the Engine and makes a provider with opts, whose
+// executor (unless set) is the static binary sandboxtest builds; missing
+// base images are built locally.
+func open(t testing.TB, opts docker.Options) (*docker.Provider, *client.Client, error) {
+	if opts.ExecutorBinary == "" {
+		opts.ExecutorBinary = sandboxtest.ExecutorBinary(t)
+	}
 	cli, err := client.NewClientWithOpts(client.FromEnv, client.WithAPIVersionNegotiation())
 	if err != nil {
 		return nil, nil, err
 	}
-	p, err := docker.New(context.Background(), docker.Options{
-		ExecutorBinary: bin,
-		Client:         cli,
-		Logger:         logger,
-		BuildBase: func(ctx context.Context, ref string) error {
+	opts.Client = cli
+	if opts.BuildBase == nil {
+		opts.BuildBase = func(ctx context.Context, ref string) error {
 			return baseimage.Build(ctx, cli, ref, os.Stderr)
-		},
-	})
+		}
+	}
+	p, err := docker.New(context.Background(), opts)
 	if err != nil {
 		cli.Close()
 		return nil, nil, err
@@ -73,7 +75,14 @@ func closeAndCheck(p *docker.Provider, cli *client.Client) error {
 // may also be called earlier; it is idempotent.
 func New(t testing.TB, logger *slog.Logger) (*docker.Provider, *client.Client) {
 	t.Helper()
-	p, cli, err := open(t, logger)
+	return NewWith(t, docker.Options{Logger: logger})
+}
+
+// NewWith is New with options (e.g. a warm pool); the executor, client and
+// base-image builder are filled in when unset.
+func NewWith(t testing.TB, opts docker.Options) (*docker.Provider, *client.Client) {
+	t.Helper()
+	p, cli, err := open(t, opts)
 	if err != nil {
 		t.Fatalf("docker provider: %v", err)
 	}
@@ -101,7 +110,7 @@ func (s *Shared) Provider(t testing.TB) *docker.Provider {
 	if testing.Short() {
 		t.Skip("needs Docker; skipped with -short")
 	}
-	s.once.Do(func() { s.p, s.cli, s.err = open(t, nil) })
+	s.once.Do(func() { s.p, s.cli, s.err = open(t, docker.Options{}) })
 	if s.err != nil {
 		t.Fatalf("docker provider: %v", s.err)
 	}

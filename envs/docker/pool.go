@@ -1,0 +1,123 @@
+package docker
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"maps"
+	"time"
+
+	"github.com/gymserver/gymserver/envs/sandbox"
+)
+
+// poolKey identifies the sandboxes that can stand in for one another: the
+// same Spec but for the session label.
+func poolKey(spec sandbox.Spec) string {
+	labels := maps.Clone(spec.Labels)
+	delete(labels, sandbox.LabelSession)
+	spec.Labels = labels
+	b, _ := json.Marshal(spec) // maps marshal with sorted keys
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])
+}
+
+// newSessionID makes a session id for a pooled sandbox, in the format the
+// environments use.
+func newSessionID() string {
+	var b [12]byte
+	_, _ = rand.Read(b[:])
+	return "s-" + hex.EncodeToString(b[:])
+}
+
+// maxPoolAge is how long a pooled sandbox may wait: well inside its lease,
+// so that no other provider reaps it while a session uses it.
+func (p *Provider) maxPoolAge() time.Duration {
+	lease := p.opts.Lease
+	if lease <= 0 {
+		lease = defaultLease
+	}
+	return lease / 2
+}
+
+// takePooled returns a ready sandbox for key, or nil. Sandboxes that died
+// or waited too long are closed on the way.
+func (p *Provider) takePooled(key string) *Sandbox {
+	for {
+		p.mu.Lock()
+		list := p.pool[key]
+		if len(list) == 0 {
+			p.mu.Unlock()
+			return nil
+		}
+		s := list[0]
+		p.pool[key] = list[1:]
+		p.mu.Unlock()
+		select {
+		case <-s.exec.Done():
+		default:
+			if time.Since(s.made) < p.maxPoolAge() {
+				p.log.Debug("sandbox from the warm pool", "container", shortID(s.id))
+				return s
+			}
+		}
+		p.log.Info("dropping a stale pooled sandbox", "container", shortID(s.id))
+		p.bg.Add(1)
+		go func() {
+			defer p.bg.Done()
+			_ = s.Close(context.Background())
+		}()
+	}
+}
+
+// refill starts sandboxes in the background until the pool for key holds
+// Options.WarmPool of them (counting those starting).
+func (p *Provider) refill(key string, spec sandbox.Spec) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return
+	}
+	for n := len(p.pool[key]) + p.filling[key]; n < p.opts.WarmPool; n++ {
+		p.filling[key]++
+		p.bg.Add(1)
+		go p.fill(key, spec)
+	}
+}
+
+// fill starts one pooled sandbox with a session id of its own.
+func (p *Provider) fill(key string, spec sandbox.Spec) {
+	defer p.bg.Done()
+	labels := maps.Clone(spec.Labels)
+	if labels == nil {
+		labels = map[string]string{}
+	}
+	labels[sandbox.LabelSession] = newSessionID()
+	spec.Labels = labels
+	s, err := p.create(p.bgCtx, spec)
+	p.mu.Lock()
+	p.filling[key]--
+	if err == nil && !p.closed {
+		p.pool[key] = append(p.pool[key], s)
+		s = nil
+	}
+	p.mu.Unlock()
+	if err != nil {
+		if p.bgCtx.Err() == nil {
+			p.log.Warn("warm pool: start failed", "err", err)
+		}
+		return
+	}
+	if s != nil { // the provider closed meanwhile
+		_ = s.Close(context.Background())
+	}
+}
+
+// Pooled returns the number of ready sandboxes waiting in the pool for spec.
+func (p *Provider) Pooled(spec sandbox.Spec) int {
+	key := poolKey(spec)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.pool[key])
+}

@@ -1,0 +1,187 @@
+package docker_test
+
+import (
+	"context"
+	"sort"
+	"testing"
+	"time"
+
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/filters"
+	"github.com/docker/docker/client"
+	"github.com/docker/docker/errdefs"
+
+	"github.com/gymserver/gymserver/envs/baseimage"
+	"github.com/gymserver/gymserver/envs/docker"
+	"github.com/gymserver/gymserver/envs/docker/dockertest"
+	"github.com/gymserver/gymserver/envs/sandbox"
+	"github.com/gymserver/gymserver/envs/sandbox/sandboxtest"
+)
+
+// TestConformancePooled runs the conformance suite on a provider with a
+// warm pool: sandboxes from the pool must behave like fresh ones.
+func TestConformancePooled(t *testing.T) {
+	p, cli := dockertest.NewWith(t, docker.Options{WarmPool: 1})
+	sandboxtest.Run(t, sandboxtest.Suite{
+		Provider:  p,
+		BaseImage: baseimage.Python,
+		Processes: true,
+		Gone: func(ctx context.Context, id string) (bool, error) {
+			_, err := cli.ContainerInspect(ctx, id)
+			if errdefs.IsNotFound(err) {
+				return true, nil
+			}
+			return false, err
+		},
+	})
+}
+
+// taskContainers lists the containers of the provider for the task label.
+func taskContainers(t *testing.T, cli *client.Client, p *docker.Provider, task string) []container.Summary {
+	t.Helper()
+	list, err := cli.ContainerList(t.Context(), container.ListOptions{All: true, Filters: filters.NewArgs(
+		filters.Arg("label", sandbox.LabelOwner+"="+p.Owner()), filters.Arg("label", sandbox.LabelTask+"="+task))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return list
+}
+
+func TestWarmPool(t *testing.T) {
+	p, cli := dockertest.NewWith(t, docker.Options{WarmPool: 1})
+	ctx := t.Context()
+	image, err := p.Prepare(ctx, sandbox.ImageSpec{BaseImage: baseimage.Python, WorkDir: "/workspace"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec := func(session string) sandbox.Spec {
+		return sandbox.Spec{Image: image, WorkDir: "/workspace",
+			Labels: map[string]string{sandbox.LabelSession: session, sandbox.LabelTask: "pooltest"}}
+	}
+	// The first create starts a container now and the pool fills behind it.
+	first, err := p.Create(ctx, spec("s-first"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := first.(sandbox.Named).SessionID(); got != "s-first" {
+		t.Errorf("cold sandbox session id %q, want s-first", got)
+	}
+	waitPooled(t, p, spec("any"), 1)
+	if n := len(taskContainers(t, cli, p, "pooltest")); n != 2 {
+		t.Errorf("%d containers, want the session's and one pooled", n)
+	}
+
+	// The second create takes the pooled one: its label is its session id.
+	second, err := p.Create(ctx, spec("s-second"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := second.(sandbox.Named).SessionID()
+	info, err := cli.ContainerInspect(ctx, second.ID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if id == "s-second" || id == "" || info.Config.Labels[sandbox.LabelSession] != id {
+		t.Errorf("pooled sandbox: session id %q, label %q", id, info.Config.Labels[sandbox.LabelSession])
+	}
+	if r, err := second.Exec(ctx, sandbox.ExecRequest{Argv: []string{"echo", "pooled"}}); err != nil || string(r.Stdout) != "pooled\n" {
+		t.Fatalf("exec in pooled sandbox: %+v %v", r, err)
+	}
+	waitPooled(t, p, spec("any"), 1) // refilled
+
+	// A pooled sandbox that died is not handed out.
+	var pooled string
+	for _, c := range taskContainers(t, cli, p, "pooltest") {
+		if c.ID != first.ID() && c.ID != second.ID() {
+			pooled = c.ID
+		}
+	}
+	if err := cli.ContainerKill(ctx, pooled, "KILL"); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		info, err := cli.ContainerInspect(ctx, pooled)
+		if err != nil || !info.State.Running || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	third, err := p.Create(ctx, spec("s-third"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if third.ID() == pooled {
+		t.Fatal("a dead pooled sandbox was handed out")
+	}
+	if r, err := third.Exec(ctx, sandbox.ExecRequest{Argv: []string{"echo", "ok"}}); err != nil || string(r.Stdout) != "ok\n" {
+		t.Fatalf("exec after a dead pooled sandbox: %+v %v", r, err)
+	}
+	for _, s := range []sandbox.Sandbox{first, second, third} {
+		if err := s.Close(ctx); err != nil {
+			t.Error(err)
+		}
+	}
+	// dockertest checks that closing the provider removes the pool.
+}
+
+// BenchmarkCreate measures Create to a sandbox that answers, without and
+// with a warm pool. Run: go test -run '^$' -bench Create ./envs/docker/
+func BenchmarkCreate(b *testing.B) {
+	for _, pool := range []int{0, 2} {
+		name := "cold"
+		if pool > 0 {
+			name = "warm_pool"
+		}
+		b.Run(name, func(b *testing.B) {
+			p, _ := dockertest.NewWith(b, docker.Options{WarmPool: pool})
+			ctx := context.Background()
+			image, err := p.Prepare(ctx, sandbox.ImageSpec{BaseImage: baseimage.Python, WorkDir: "/workspace"})
+			if err != nil {
+				b.Fatal(err)
+			}
+			spec := sandbox.Spec{Image: image, WorkDir: "/workspace"}
+			if pool > 0 {
+				// Fill the pool before measuring.
+				s, err := p.Create(ctx, spec)
+				if err != nil {
+					b.Fatal(err)
+				}
+				s.Close(ctx)
+			}
+			lat := make([]time.Duration, 0, b.N)
+			for b.Loop() {
+				if pool > 0 {
+					// Steady state: a trainer resets no faster than the
+					// pool refills; wait for the refill off the clock.
+					b.StopTimer()
+					waitPooled(b, p, spec, pool)
+					b.StartTimer()
+				}
+				start := time.Now()
+				s, err := p.Create(ctx, spec)
+				if err != nil {
+					b.Fatal(err)
+				}
+				lat = append(lat, time.Since(start))
+				b.StopTimer()
+				s.Close(ctx)
+				b.StartTimer()
+			}
+			sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
+			report(b, lat)
+		})
+	}
+}
+
+// waitPooled waits until the provider holds n idle pooled sandboxes.
+func waitPooled(tb testing.TB, p *docker.Provider, spec sandbox.Spec, n int) {
+	tb.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for p.Pooled(spec) < n {
+		if time.Now().After(deadline) {
+			tb.Fatalf("the pool holds %d sandboxes, want %d", p.Pooled(spec), n)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
