@@ -14,26 +14,9 @@ Gymnasium: :mod:`gymserver.gym`. GRPO groups: :mod:`gymserver.grpo`.
 Trainer adapters: :mod:`gymserver.adapters`. Wire spec: server/wire/PROTOCOL.md.
 """
 
+from . import errors
 from .client import DEFAULT_PARSER, AsyncClient, AsyncSession
-from .errors import (
-    AgentError,
-    ConnectionLost,
-    EpisodeDone,
-    GymServerError,
-    InternalError,
-    InvalidArgument,
-    NotFound,
-    PolicyError,
-    ProtocolError,
-    RequestTimeout,
-    ResourceExhausted,
-    SandboxError,
-    ToolTimeout,
-    Unauthenticated,
-    Unavailable,
-    VerifierError,
-    error_from_wire,
-)
+from .errors import *  # noqa: F401,F403 - the exception classes and error helpers (errors.__all__)
 from .results import CloseResult, Evaluation, Observation, StepResult, normalize_tool_calls
 from .sync import Client, Session
 
@@ -51,22 +34,6 @@ __all__ = [
     "CloseResult",
     "normalize_tool_calls",
     "DEFAULT_PARSER",
-    "GymServerError",
-    "AgentError",
-    "ToolTimeout",
-    "SandboxError",
-    "VerifierError",
-    "PolicyError",
-    "InvalidArgument",
-    "NotFound",
-    "EpisodeDone",
-    "ResourceExhausted",
-    "Unavailable",
-    "Unauthenticated",
-    "InternalError",
-    "ConnectionLost",
-    "RequestTimeout",
-    "ProtocolError",
-    "error_from_wire",
     "__version__",
 ]
+__all__ += errors.__all__

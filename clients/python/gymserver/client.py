@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
+from typing import Any, Dict, List, Mapping, Optional, Union
 
 from . import _wire
 from .errors import (
@@ -43,6 +43,13 @@ DEFAULT_PARSER = "hermes"
 CLIENT_NAME = "gymserver-python/0.1"
 
 _NOT_SET: Any = object()
+
+
+def _step_fields(session_id: str, action: Union[Action, None], parser: str) -> Dict[str, Any]:
+    """_step_fields returns the fields of a step request: raw text with its parser, or tool calls."""
+    if isinstance(action, str):
+        return {"session": session_id, "text": action, "parser": parser}
+    return {"session": session_id, "tool_calls": normalize_tool_calls(action) if action is not None else []}
 
 
 class AsyncSession:
@@ -111,19 +118,11 @@ class AsyncSession:
         ``info["calls"][i]["error_class"] == "agent_error"``; a step after
         the episode ended raises :class:`~gymserver.errors.EpisodeDone`.
         """
-        fields: Dict[str, Any] = {"session": self.id}
-        assistant: Message
-        if isinstance(action, str):
-            fields["text"] = action
-            fields["parser"] = parser or self.parser
-            assistant = {"role": "assistant", "content": action}
-        else:
-            calls = normalize_tool_calls(action) if action is not None else []
-            content = ""
-            if isinstance(action, Mapping) and isinstance(action.get("content"), str):
-                content = action["content"]
-            fields["tool_calls"] = calls
-            assistant = {"role": "assistant", "content": content}
+        fields = _step_fields(self.id, action, parser or self.parser)
+        content = action if isinstance(action, str) else ""
+        if isinstance(action, Mapping) and isinstance(action.get("content"), str):
+            content = action["content"]
+        assistant: Message = {"role": "assistant", "content": content}
         res = await self._client.request("step", timeout=timeout, **fields)
         result = StepResult.from_wire(res)
         calls_out: List[ToolCall] = result.tool_calls if isinstance(action, str) else fields["tool_calls"]
@@ -441,12 +440,7 @@ class AsyncClient:
         self, session_id: str, action: Union[Action, None] = None, *, parser: Optional[str] = None
     ) -> StepResult:
         """session_step steps a session by id without a session object (no transcript is kept)."""
-        fields: Dict[str, Any] = {"session": session_id}
-        if isinstance(action, str):
-            fields.update(text=action, parser=parser or self.parser)
-        else:
-            fields["tool_calls"] = normalize_tool_calls(action) if action is not None else []
-        return StepResult.from_wire(await self.request("step", **fields))
+        return StepResult.from_wire(await self.request("step", **_step_fields(session_id, action, parser or self.parser)))
 
     # --- reader ----------------------------------------------------------
 

@@ -208,26 +208,9 @@ class ProtocolError(GymServerError):
     code = "protocol_error"
 
 
-_BY_CODE: Dict[str, Type[GymServerError]] = {
-    cls.code: cls
-    for cls in (
-        AgentError,
-        ToolTimeout,
-        SandboxError,
-        VerifierError,
-        PolicyError,
-        InvalidArgument,
-        NotFound,
-        EpisodeDone,
-        ResourceExhausted,
-        Unavailable,
-        Unauthenticated,
-        InternalError,
-        ConnectionLost,
-        RequestTimeout,
-        ProtocolError,
-    )
-}
+# _BY_CODE maps each code to its class: every class above is a direct
+# subclass of GymServerError with its own code.
+_BY_CODE: Dict[str, Type[GymServerError]] = {cls.code: cls for cls in GymServerError.__subclasses__()}
 
 
 def error_from_wire(err: Any) -> GymServerError:

@@ -14,7 +14,7 @@ import asyncio
 import math
 import time
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable, List, Mapping, Optional, Sequence
+from typing import Any, Awaitable, Callable, List, Mapping, Optional, Sequence, Tuple
 
 from .client import AsyncClient, AsyncSession
 from .errors import GymServerError
@@ -113,12 +113,16 @@ def group_advantages(rewards: Sequence[float], masked: Optional[Sequence[bool]] 
     flags = list(masked) if masked is not None else [False] * len(rewards)
     if len(flags) != len(rewards):
         raise ValueError("rewards and masked differ in length")
-    vals = [float(r) for r, m in zip(rewards, flags) if not m]
-    if not vals:
-        return [0.0] * len(rewards)
-    mean = sum(vals) / len(vals)
-    std = math.sqrt(sum((v - mean) ** 2 for v in vals) / len(vals))
+    mean, std = _mean_std([float(r) for r, m in zip(rewards, flags) if not m])
     return [0.0 if m else (float(r) - mean) / (std + eps) for r, m in zip(rewards, flags)]
+
+
+def _mean_std(vals: Sequence[float]) -> Tuple[float, float]:
+    """_mean_std returns the mean and population standard deviation of vals, (0.0, 0.0) when empty."""
+    if not vals:
+        return 0.0, 0.0
+    mean = sum(vals) / len(vals)
+    return mean, math.sqrt(sum((v - mean) ** 2 for v in vals) / len(vals))
 
 
 async def _one(
@@ -226,8 +230,6 @@ async def run_group(
     advs = group_advantages([r.reward for r in rollouts], [r.masked for r in rollouts], eps)
     for r, a in zip(rollouts, advs):
         r.advantage = a
-    vals = [r.reward for r in rollouts if not r.masked]
-    mean = sum(vals) / len(vals) if vals else 0.0
-    std = math.sqrt(sum((v - mean) ** 2 for v in vals) / len(vals)) if vals else 0.0
+    mean, std = _mean_std([r.reward for r in rollouts if not r.masked])
     return GroupResult(rollouts=list(rollouts), mean=mean, std=std, eps=eps)
 

@@ -11,6 +11,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
 
+from .errors import ERROR_CODES, MASKED_CLASSES
+
 __all__ = [
     "Message",
     "ToolCall",
@@ -34,8 +36,9 @@ Action = Union[str, Mapping[str, Any], Sequence[Mapping[str, Any]]]
 
 
 #: MASKED_ERROR_CLASSES are the per-call error classes that mark a step as
-#: an infrastructure failure (PROTOCOL.md §6).
-MASKED_ERROR_CLASSES = frozenset({"sandbox_error", "verifier_error", "policy_error", "unavailable", "internal"})
+#: an infrastructure failure (PROTOCOL.md §6): the masked classes that are
+#: wire codes.
+MASKED_ERROR_CLASSES = MASKED_CLASSES & ERROR_CODES
 
 
 def _map(v: Any) -> Dict[str, Any]:

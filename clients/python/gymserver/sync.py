@@ -14,15 +14,38 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import threading
-from typing import Any, Awaitable, Dict, List, Mapping, Optional, TypeVar, Union
+from typing import Any, Awaitable, Dict, Generic, List, Mapping, Optional, TypeVar, Union, overload
 
-from .client import _NOT_SET, CLIENT_NAME, DEFAULT_PARSER, AsyncClient, AsyncSession
+from .client import _NOT_SET, AsyncClient, AsyncSession
 from .errors import ConnectionLost
 from .results import Action, CloseResult, Evaluation, Message, StepResult
 
 __all__ = ["Client", "Session"]
 
 T = TypeVar("T")
+
+
+class _Mirror(Generic[T]):
+    """_Mirror is a read-only Session attribute that reads the attribute of the same name of the AsyncSession."""
+
+    def __init__(self, doc: str) -> None:
+        self.__doc__ = doc
+        self._name = ""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self._name = name
+
+    @overload
+    def __get__(self, obj: None, owner: Optional[type] = None) -> "_Mirror[T]": ...
+
+    @overload
+    def __get__(self, obj: "Session", owner: Optional[type] = None) -> T: ...
+
+    def __get__(self, obj: Any, owner: Optional[type] = None) -> Any:
+        return self if obj is None else getattr(obj._inner, self._name)
+
+    def __set__(self, obj: Any, value: Any) -> None:
+        raise AttributeError(f"can't set attribute {self._name!r}")
 
 
 class Session:
@@ -33,72 +56,25 @@ class Session:
     running transcript). Use it as a context manager to close it on exit.
     """
 
+    id: _Mirror[str] = _Mirror("id is the server's session id.")
+    env: _Mirror[str] = _Mirror("env is the environment id.")
+    task: _Mirror[str] = _Mirror("task is the task id.")
+    system_prompt: _Mirror[str] = _Mirror("system_prompt is the environment's system prompt.")
+    prompt: _Mirror[str] = _Mirror("prompt is the task prompt.")
+    tools: _Mirror[List[Dict[str, Any]]] = _Mirror("tools are the OpenAI tool schemas the agent may call.")
+    limits: _Mirror[Dict[str, Any]] = _Mirror("limits are the episode bounds: max_actions, global_timeout, command_timeout.")
+    messages: _Mirror[List[Message]] = _Mirror("messages is the running chat transcript (initial messages plus every step).")
+    initial_messages: _Mirror[List[Message]] = _Mirror("initial_messages is the transcript the reset returned.")
+    done: _Mirror[bool] = _Mirror("done reports whether the episode has ended (or the session is closed).")
+    last: _Mirror[Optional[StepResult]] = _Mirror("last is the most recent step result, None before the first step.")
+    raw: _Mirror[Dict[str, Any]] = _Mirror("raw is the full reset result map.")
+
     def __init__(self, client: "Client", inner: AsyncSession) -> None:
         self._client = client
         self._inner = inner
 
     def __repr__(self) -> str:
         return f"Session(id={self.id!r}, env={self.env!r}, task={self.task!r})"
-
-    @property
-    def id(self) -> str:
-        """id is the server's session id."""
-        return self._inner.id
-
-    @property
-    def env(self) -> str:
-        """env is the environment id."""
-        return self._inner.env
-
-    @property
-    def task(self) -> str:
-        """task is the task id."""
-        return self._inner.task
-
-    @property
-    def system_prompt(self) -> str:
-        """system_prompt is the environment's system prompt."""
-        return self._inner.system_prompt
-
-    @property
-    def prompt(self) -> str:
-        """prompt is the task prompt."""
-        return self._inner.prompt
-
-    @property
-    def tools(self) -> List[Dict[str, Any]]:
-        """tools are the OpenAI tool schemas the agent may call."""
-        return self._inner.tools
-
-    @property
-    def limits(self) -> Dict[str, Any]:
-        """limits are the episode bounds: max_actions, global_timeout, command_timeout."""
-        return self._inner.limits
-
-    @property
-    def messages(self) -> List[Message]:
-        """messages is the running chat transcript (initial messages plus every step)."""
-        return self._inner.messages
-
-    @property
-    def initial_messages(self) -> List[Message]:
-        """initial_messages is the transcript the reset returned."""
-        return self._inner.initial_messages
-
-    @property
-    def done(self) -> bool:
-        """done reports whether the episode has ended (or the session is closed)."""
-        return self._inner.done
-
-    @property
-    def last(self) -> Optional[StepResult]:
-        """last is the most recent step result, None before the first step."""
-        return self._inner.last
-
-    @property
-    def raw(self) -> Dict[str, Any]:
-        """raw is the full reset result map."""
-        return self._inner.raw
 
     @property
     def async_session(self) -> AsyncSession:
@@ -132,39 +108,22 @@ class Client:
     """Client is a synchronous, thread-safe connection to a gymserver.
 
     It takes the same arguments as :class:`~gymserver.client.AsyncClient`
-    and connects in the constructor. Use it as a context manager, or call
+    (``url`` and the keyword-only ``token``, ``connect_timeout``,
+    ``request_timeout``, ``ping_interval``, ``ping_timeout``,
+    ``max_frame_bytes``, ``parser``, ``client_name``) and connects in the
+    constructor. Use it as a context manager, or call
     :meth:`close` when done (it closes open sessions, the connection and the
     loop thread).
     """
 
-    def __init__(
-        self,
-        url: str,
-        *,
-        token: Optional[str] = None,
-        connect_timeout: float = 30.0,
-        request_timeout: Optional[float] = None,
-        ping_interval: Optional[float] = 20.0,
-        ping_timeout: Optional[float] = 20.0,
-        parser: str = DEFAULT_PARSER,
-        client_name: str = CLIENT_NAME,
-    ) -> None:
+    def __init__(self, url: str, **options: Any) -> None:
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="gymserver-client", daemon=True)
         self._thread.start()
         self._closed = False
         self._lock = threading.Lock()
-        self._aclient = AsyncClient(
-            url,
-            token=token,
-            connect_timeout=connect_timeout,
-            request_timeout=request_timeout,
-            ping_interval=ping_interval,
-            ping_timeout=ping_timeout,
-            parser=parser,
-            client_name=client_name,
-        )
         try:
+            self._aclient = AsyncClient(url, **options)
             self._run(self._aclient.connect())
         except BaseException:
             self._stop_loop()
@@ -209,6 +168,7 @@ class Client:
     def submit(self, coro: Awaitable[T]) -> "concurrent.futures.Future[T]":
         """submit schedules a coroutine on the client's loop and returns a concurrent future."""
         if self._loop_gone():
+            _discard(coro)
             raise ConnectionLost("client closed")
         return asyncio.run_coroutine_threadsafe(coro, self._loop)  # type: ignore[arg-type]
 
@@ -276,16 +236,9 @@ class Client:
 
     def _run(self, coro: Awaitable[T]) -> T:
         if threading.current_thread() is self._thread:
-            close = getattr(coro, "close", None)
-            if close:
-                close()
+            _discard(coro)
             raise RuntimeError("gymserver.Client: blocking call from the client's own loop thread; use async_client")
-        if self._loop_gone():
-            close = getattr(coro, "close", None)
-            if close:
-                close()
-            raise ConnectionLost("client closed")
-        fut = asyncio.run_coroutine_threadsafe(coro, self._loop)  # type: ignore[arg-type]
+        fut = self.submit(coro)
         try:
             return fut.result()
         except concurrent.futures.CancelledError as e:
@@ -315,3 +268,9 @@ class Client:
         if not self._thread.is_alive():
             self._loop.close()
 
+
+def _discard(coro: Awaitable[Any]) -> None:
+    """_discard closes a coroutine that will never run, so Python does not warn that it was never awaited."""
+    close = getattr(coro, "close", None)
+    if close:
+        close()

@@ -198,16 +198,21 @@ def test_connect_errors() -> None:
         gymserver.Client("ws://127.0.0.1:1", connect_timeout=5)
 
 
+def _check_token_auth(url: str) -> None:
+    """_check_token_auth expects a server whose token is "s3cret" to refuse no token and a wrong one."""
+    with pytest.raises(errors.Unauthenticated) as ei:
+        gymserver.Client(url)
+    assert ei.value.code == "unauthenticated" and not ei.value.mask
+    with pytest.raises(errors.Unauthenticated):
+        gymserver.Client(url, token="wrong")
+    with gymserver.Client(url, token="s3cret") as c:
+        assert c.hello()["protocol"] == 1
+
+
 def test_token_auth_fake() -> None:
     srv = FakeServer(token="s3cret").start()
     try:
-        with pytest.raises(errors.Unauthenticated) as ei:
-            gymserver.Client(srv.url)
-        assert ei.value.code == "unauthenticated" and not ei.value.mask
-        with pytest.raises(errors.Unauthenticated):
-            gymserver.Client(srv.url, token="wrong")
-        with gymserver.Client(srv.url, token="s3cret") as c:
-            assert c.hello()["protocol"] == 1
+        _check_token_auth(srv.url)
     finally:
         srv.stop()
 
@@ -215,12 +220,7 @@ def test_token_auth_fake() -> None:
 def test_token_auth_live(live_env: dict) -> None:
     srv = start_live(live_env["binary"], live_env["config"], "--token", "s3cret")
     try:
-        with pytest.raises(errors.Unauthenticated):
-            gymserver.Client(srv.url)
-        with pytest.raises(errors.Unauthenticated):
-            gymserver.Client(srv.url, token="wrong")
-        with gymserver.Client(srv.url, token="s3cret") as c:
-            assert c.hello()["protocol"] == 1
+        _check_token_auth(srv.url)
     finally:
         srv.stop()
 

@@ -6,12 +6,22 @@ import asyncio
 import os
 import threading
 import weakref
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Dict, Mapping, Optional, Tuple
 
 from ..client import AsyncClient
 from ..sync import Client
 
-__all__ = ["resolve", "shared_client", "shared_async_client", "close_shared", "close_shared_async", "Scalar", "as_tensor"]
+__all__ = [
+    "resolve",
+    "shared_client",
+    "shared_async_client",
+    "close_shared",
+    "close_shared_async",
+    "loop_lock",
+    "episode_spec",
+    "Scalar",
+    "as_tensor",
+]
 
 _lock = threading.Lock()
 # _clients guards nothing by itself; _lock guards it.
@@ -50,10 +60,7 @@ async def shared_async_client(url: Optional[str] = None, token: Optional[str] = 
     per_loop = _aclients.get(loop)
     if per_loop is None:
         per_loop = _aclients[loop] = {}
-    lock = _alocks.get(loop)
-    if lock is None:
-        lock = _alocks[loop] = asyncio.Lock()
-    async with lock:
+    async with loop_lock(_alocks):
         c = per_loop.get(key)
         if c is None or not c.connected:
             c = AsyncClient(key[0], token=key[1])
@@ -76,6 +83,34 @@ def close_shared() -> None:
         _clients.clear()
     for c in clients:
         c.close()
+
+
+def loop_lock(locks: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock]") -> asyncio.Lock:
+    """loop_lock returns the running loop's lock in locks, making it on first use (an asyncio.Lock serves one loop)."""
+    loop = asyncio.get_running_loop()
+    lock = locks.get(loop)
+    if lock is None:
+        lock = locks[loop] = asyncio.Lock()
+    return lock
+
+
+#: SPEC_KEYS are the keys of a dataset row that name an episode.
+SPEC_KEYS = ("env", "task", "seed", "options")
+
+
+def episode_spec(*layers: Any) -> Dict[str, Any]:
+    """episode_spec merges the episode keys (:data:`SPEC_KEYS`) of layers, later layers winning.
+
+    Layers that are not mappings, and keys whose value is None, are skipped,
+    so a row's nested ``gymserver`` dict can sit on top of defaults.
+    """
+    spec: Dict[str, Any] = {}
+    for layer in layers:
+        if isinstance(layer, Mapping):
+            for k in SPEC_KEYS:
+                if layer.get(k) is not None:
+                    spec[k] = layer[k]
+    return spec
 
 
 class Scalar(float):

@@ -21,7 +21,7 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from ..errors import GymServerError
 from ..sync import Session
-from ._shared import shared_client
+from ._shared import episode_spec, shared_client
 
 __all__ = ["GymServerTextEnv", "BaseTextEnv", "BaseTextEnvStepOutput", "HAVE_SKYRL"]
 
@@ -83,12 +83,9 @@ class GymServerTextEnv(BaseTextEnv):  # type: ignore[misc,valid-type]
         self.parser = str(_get(env_config, "parser", "hermes"))
         self.observation_role = str(_get(env_config, "observation_role", "user"))
         self.use_server_prompt = bool(_get(env_config, "use_server_prompt", True))
-        spec: Dict[str, Any] = {}
-        for src in (extras.get("extra_info"), (extras.get("extra_info") or {}).get("gymserver") if isinstance(extras.get("extra_info"), Mapping) else None, extras.get("gymserver"), extras):
-            if isinstance(src, Mapping):
-                for k in ("env", "task", "seed", "options"):
-                    if src.get(k) is not None and not (src is extras and k == "options"):
-                        spec[k] = src[k]
+        info = extras.get("extra_info")
+        top = {k: v for k, v in extras.items() if k != "options"}
+        spec = episode_spec(info, info.get("gymserver") if isinstance(info, Mapping) else None, extras.get("gymserver"), top)
         if not spec.get("env"):
             spec["env"] = _get(env_config, "env")
             spec.setdefault("task", _get(env_config, "task"))

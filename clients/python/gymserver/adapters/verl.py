@@ -40,7 +40,7 @@ from uuid import uuid4
 
 from ..client import AsyncSession
 from ..errors import GymServerError
-from ._shared import shared_async_client
+from ._shared import episode_spec, loop_lock, shared_async_client
 
 __all__ = [
     "GymServerAgentLoop",
@@ -178,13 +178,8 @@ except ImportError:
 
 def _episode_spec(kwargs: Mapping[str, Any], defaults: Mapping[str, Any]) -> Dict[str, Any]:
     """_episode_spec finds env/task/seed/options in a dataset row (``gymserver`` or ``extra_info.gymserver`` or ``extra_info``)."""
-    spec: Dict[str, Any] = {k: defaults.get(k) for k in ("env", "task", "seed", "options")}
-    extra = kwargs.get("extra_info") if isinstance(kwargs.get("extra_info"), Mapping) else {}
-    for src in (extra, extra.get("gymserver") if isinstance(extra.get("gymserver"), Mapping) else {}, kwargs.get("gymserver") or {}):
-        if isinstance(src, Mapping):
-            for k in ("env", "task", "seed", "options"):
-                if src.get(k) is not None:
-                    spec[k] = src[k]
+    extra = kwargs.get("extra_info")
+    spec = episode_spec(defaults, extra, extra.get("gymserver") if isinstance(extra, Mapping) else None, kwargs.get("gymserver"))
     if not spec.get("env"):
         raise ValueError("gymserver: no env for this sample (set extra_info.gymserver.env or the loop's env=)")
     return spec
@@ -354,11 +349,7 @@ class GymServerTool(BaseTool):  # type: ignore[misc,valid-type]
 
     @classmethod
     def _guard(cls) -> asyncio.Lock:
-        loop = asyncio.get_running_loop()
-        lock = GymServerTool._locks.get(loop)
-        if lock is None:
-            lock = GymServerTool._locks[loop] = asyncio.Lock()
-        return lock
+        return loop_lock(GymServerTool._locks)
 
     async def create(self, instance_id: Optional[str] = None, **kwargs: Any) -> Tuple[str, Any]:
         """create starts the trajectory's session (or joins it) and returns ``(instance_id, ToolResponse)``.
