@@ -84,9 +84,9 @@ func rolloutWith(ctx context.Context, args []string, stdout, stderr io.Writer, l
 	var f rolloutFlags
 	fs := flag.NewFlagSet("rollout", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.StringVar(&f.model, "llm-model", "", "model id (default: llm_config.model, else "+config.DefaultLLMModel+")")
+	fs.StringVar(&f.model, "llm-model", "", "model id (default: llm_config.model, else "+policy.DefaultModel+")")
 	fs.StringVar(&f.apiKey, "llm-api-key", "", "API key (default: $OPENROUTER_API_KEY, then $OPENAI_API_KEY, then llm_config.api_key)")
-	fs.StringVar(&f.baseURL, "llm-base-url", "", "API base URL, used as given (default: llm_config.base_url, else "+config.DefaultLLMBaseURL+")")
+	fs.StringVar(&f.baseURL, "llm-base-url", "", "API base URL, used as given (default: llm_config.base_url, else "+policy.DefaultBaseURL+")")
 	fs.Float64Var(&f.temperature, "llm-temperature", 0, "sampling temperature (default: llm_config.temperature, else 0.7)")
 	fs.IntVar(&f.maxTokens, "llm-max-tokens", 0, "maximum tokens per answer (default: llm_config.max_tokens, else 4096)")
 	fs.Var(&f.timeout, "llm-timeout", "timeout of one API call, in seconds (default: llm_config.timeout, else 60)")
@@ -309,8 +309,26 @@ func selectPolicy(cfg *config.Config, f *rolloutFlags, logger *slog.Logger) (pol
 // returns the config with where its API key came from.
 func llmConfig(l config.LLM, f *rolloutFlags) (policy.Config, string) {
 	pc := policy.DefaultConfig()
-	pc.Model, pc.BaseURL, pc.Temperature, pc.MaxTokens = l.Model, l.BaseURL, l.Temperature, l.MaxTokens
-	pc.Timeout, pc.MaxContextMessages, pc.MaxOutputLength, pc.MaxRetries = l.Timeout, l.MaxContextMessages, l.MaxOutputLength, l.MaxRetries
+	// llm_config holds only what the file set.
+	if l.Model != "" {
+		pc.Model = l.Model
+	}
+	if l.BaseURL != "" {
+		pc.BaseURL = l.BaseURL
+	}
+	if l.Temperature != nil {
+		pc.Temperature = *l.Temperature
+	}
+	if l.MaxTokens > 0 {
+		pc.MaxTokens = l.MaxTokens
+	}
+	if l.Timeout > 0 {
+		pc.Timeout = l.Timeout
+	}
+	if l.MaxRetries != nil {
+		pc.MaxRetries = *l.MaxRetries
+	}
+	pc.MaxContextMessages, pc.MaxOutputLength = l.MaxContextMessages, l.MaxOutputLength
 	if l.Mode == "react" {
 		pc.Mode = policy.ModeReAct
 	} else {

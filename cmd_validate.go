@@ -11,6 +11,8 @@ import (
 	"strings"
 	"text/tabwriter"
 
+	"github.com/gymserver/gymserver/policy/plugin"
+
 	"github.com/gymserver/gymserver/envs"
 	"github.com/gymserver/gymserver/envs/config"
 	"github.com/gymserver/gymserver/gym"
@@ -59,6 +61,12 @@ func runValidate(ctx context.Context, args []string, stdout, stderr io.Writer) i
 	path := fs.Arg(0)
 	cfg, err := config.Load(path)
 	if err != nil {
+		fmt.Fprintf(stderr, "gymserver validate: %v\n", err)
+		return 1
+	}
+	// The plugins are checked as `rollout --dry-run` checks them: names,
+	// settings, external commands. Nothing runs.
+	if _, err := plugin.Load(cfg.Plugins, cfg.Dir, logger); err != nil {
 		fmt.Fprintf(stderr, "gymserver validate: %v\n", err)
 		return 1
 	}

@@ -118,3 +118,22 @@ func TestValidateSolveExamples(t *testing.T) {
 		})
 	}
 }
+
+// TestValidateChecksPlugins checks that validate loads the plugins the way
+// rollout --dry-run does: a bad plugin setting fails it.
+func TestValidateChecksPlugins(t *testing.T) {
+	bad := filepath.Join(t.TempDir(), "bad.json")
+	if err := os.WriteFile(bad, []byte(`{"environments": [{"id": "x", "docker_image": "i", "unit_tests": ["t"], "prompt": "p"}],
+		"plugins": [{"name": "safety_filter", "config": {"blocked_patterns": ["rm"]}}, "no_such_plugin"]}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var stdout, stderr bytes.Buffer
+	if code := run(context.Background(), []string{"validate", bad}, &stdout, &stderr); code == 0 {
+		t.Fatal("a config with bad plugins validated")
+	}
+	for _, want := range []string{`unknown field "blocked_patterns"`, "no_such_plugin"} {
+		if !strings.Contains(stderr.String(), want) {
+			t.Errorf("stderr lacks %q:\n%s", want, stderr.String())
+		}
+	}
+}

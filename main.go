@@ -8,7 +8,7 @@
 //	gymserver serve    --config CONFIG.json [--addr 127.0.0.1:8080] [--token T]
 //	gymserver rollout  CONFIG.json [--policy llm|oracle|replay:FILE] [--output results.json]
 //	gymserver validate CONFIG.json [--solve] [--json]
-//	gymserver image build [REF]
+//	gymserver image build [REF...]
 package main
 
 import (
@@ -66,7 +66,7 @@ Commands:
   serve     --config CONFIG.json    serve the environments over WebSocket (/v1/ws)
   rollout   CONFIG.json             run episodes with an LLM (or oracle/replay) policy
   validate  CONFIG.json             check a config; --solve proves the reference solution
-  image     build [REF]             build the registry-free base image (debootstrap)
+  image     build [REF...]          build the registry-free base image (debootstrap)
 
 Run "gymserver COMMAND -h" for a command's flags.
 `)

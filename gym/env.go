@@ -121,6 +121,21 @@ type StepInfo struct {
 	AgentDone bool `json:"agent_done,omitempty"`
 }
 
+// Mask reports whether the step says nothing about the agent: a call or
+// the evaluation failed with an infrastructure error class, or the sandbox
+// ended the episode. Trainers drop such samples.
+func (i StepInfo) Mask() bool {
+	for _, c := range i.Calls {
+		if Masked(c.ErrorClass) {
+			return true
+		}
+	}
+	if i.Evaluation != nil && i.Evaluation.Mask {
+		return true
+	}
+	return i.TerminationReason == ReasonSandboxError
+}
+
 // CallInfo describes the execution of one tool call.
 type CallInfo struct {
 	ID   string `json:"id"`

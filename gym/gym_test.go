@@ -116,3 +116,23 @@ func TestTerminationReasonTruncation(t *testing.T) {
 		}
 	}
 }
+
+func TestStepInfoMask(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		info gym.StepInfo
+		want bool
+	}{
+		{"agent error", gym.StepInfo{Calls: []gym.CallInfo{{ErrorClass: gym.ClassAgent}}}, false},
+		{"sandbox error call", gym.StepInfo{Calls: []gym.CallInfo{{}, {ErrorClass: gym.ClassSandbox}}}, true},
+		{"masked evaluation", gym.StepInfo{Evaluation: &gym.Evaluation{Mask: true}}, true},
+		{"scored evaluation", gym.StepInfo{Evaluation: &gym.Evaluation{Reward: 0.5}}, false},
+		{"sandbox ended it", gym.StepInfo{TerminationReason: gym.ReasonSandboxError}, true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := tt.info.Mask(); got != tt.want {
+				t.Errorf("Mask() = %v, want %v", got, tt.want)
+			}
+		})
+	}
+}

@@ -21,12 +21,6 @@ const (
 	DefaultRewardMode         = RewardPassRate
 	DefaultSuccessThreshold   = 1.0
 	DefaultMaxRetries         = 0
-	DefaultLLMModel           = "anthropic/claude-sonnet-4"
-	DefaultLLMBaseURL         = "https://openrouter.ai/api/v1"
-	DefaultLLMTemperature     = 0.7
-	DefaultLLMMaxTokens       = 4096
-	DefaultLLMTimeout         = 60 * time.Second
-	DefaultLLMMaxRetries      = 5
 	DefaultPluginTimeout      = 30 * time.Second
 	DefaultTemplatePrompt     = "You are an expert software engineer working in a Docker container environment. You have access to shell commands, can read and write files, and should implement the requested functionality step by step. Call mark_done when you are finished."
 	maxCopyBytes              = 64 << 20
@@ -134,20 +128,23 @@ type Timeouts struct {
 	Test time.Duration `json:"test_timeout"`
 }
 
-// LLM is `llm_config`; command-line flags override it.
+// LLM is `llm_config`. It records only what the file sets: an unset
+// field is zero (nil for the pointers, whose zero is a real value) and the
+// policy's own defaults apply (policy.DefaultConfig). Command-line flags
+// override it.
 type LLM struct {
-	Model              string        `json:"model"`
+	Model              string        `json:"model,omitempty"`
 	APIKey             string        `json:"api_key,omitempty"`
-	BaseURL            string        `json:"base_url"`
-	Temperature        float64       `json:"temperature"`
-	MaxTokens          int           `json:"max_tokens"`
-	Timeout            time.Duration `json:"timeout"`
-	MaxContextMessages int           `json:"max_context_messages"`
-	MaxOutputLength    int           `json:"max_output_length"`
-	MaxRetries         int           `json:"max_retries"`
+	BaseURL            string        `json:"base_url,omitempty"`
+	Temperature        *float64      `json:"temperature,omitempty"`
+	MaxTokens          int           `json:"max_tokens,omitempty"`
+	Timeout            time.Duration `json:"timeout,omitempty"`
+	MaxContextMessages int           `json:"max_context_messages,omitempty"`
+	MaxOutputLength    int           `json:"max_output_length,omitempty"`
+	MaxRetries         *int          `json:"max_retries,omitempty"`
 	// Mode is "tools" (native tool calling, the default) or "react" (tool
 	// calls parsed from text, for endpoints without tool calling).
-	Mode string `json:"mode"`
+	Mode string `json:"mode,omitempty"`
 }
 
 // Rollout is `rollout_config`.

@@ -346,8 +346,6 @@ var deprecatedRoot = map[string]string{
 
 func (d *decoder) config(root map[string]json.RawMessage, cfg *Config) {
 	cfg.TemplatePrompt = DefaultTemplatePrompt
-	cfg.LLM = LLM{Model: DefaultLLMModel, BaseURL: DefaultLLMBaseURL, Temperature: DefaultLLMTemperature,
-		MaxTokens: DefaultLLMMaxTokens, Timeout: DefaultLLMTimeout, MaxRetries: DefaultLLMMaxRetries, Mode: "tools"}
 	cfg.Rollout = Rollout{MaxParallelRollouts: DefaultMaxParallel, TrajectoryOutputPath: DefaultTrajectoryPath,
 		EnablePlugins: true, SaveTrajectoryInterval: defaultSaveTrajectoryEach}
 	cfg.EpisodeControl = EpisodeControl{MaxEpisodes: DefaultMaxEpisodes, SafetyLimit: DefaultSafetyLimit}
@@ -470,19 +468,19 @@ func (d *decoder) checkGlobal(cfg *Config) {
 		d.fail("episode_control_config.safety_limit", "must be at least 1, got %d", ec.SafetyLimit)
 	}
 	l := cfg.LLM
-	if l.Mode != "tools" && l.Mode != "react" {
+	if l.Mode != "" && l.Mode != "tools" && l.Mode != "react" {
 		d.fail("llm_config.mode", "must be \"tools\" or \"react\", got %q", l.Mode)
 	}
-	if l.Temperature < 0 || l.Temperature > 2 {
-		d.fail("llm_config.temperature", "must be in [0, 2], got %v", l.Temperature)
+	if l.Temperature != nil && (*l.Temperature < 0 || *l.Temperature > 2) {
+		d.fail("llm_config.temperature", "must be in [0, 2], got %v", *l.Temperature)
 	}
-	if l.MaxTokens < 1 {
-		d.fail("llm_config.max_tokens", "must be at least 1, got %d", l.MaxTokens)
+	if l.MaxTokens < 0 {
+		d.fail("llm_config.max_tokens", "must be positive, got %d", l.MaxTokens)
 	}
-	if l.Timeout <= 0 {
+	if l.Timeout < 0 {
 		d.fail("llm_config.timeout", "must be positive")
 	}
-	if l.MaxRetries < 0 {
+	if l.MaxRetries != nil && *l.MaxRetries < 0 {
 		d.fail("llm_config.max_retries", "must not be negative")
 	}
 	if l.MaxContextMessages < 0 || l.MaxOutputLength < 0 {
@@ -512,12 +510,12 @@ func (d *decoder) llm(path string, raw json.RawMessage, l *LLM) {
 		"model":                d.str(&l.Model),
 		"api_key":              d.str(&l.APIKey),
 		"base_url":             d.str(&l.BaseURL),
-		"temperature":          d.float(&l.Temperature),
+		"temperature":          d.optFloat(&l.Temperature),
 		"max_tokens":           d.integer(&l.MaxTokens),
 		"timeout":              d.duration(&l.Timeout),
 		"max_context_messages": d.integer(&l.MaxContextMessages),
 		"max_output_length":    d.integer(&l.MaxOutputLength),
-		"max_retries":          d.integer(&l.MaxRetries),
+		"max_retries":          d.optInt(&l.MaxRetries),
 		"mode":                 d.str(&l.Mode),
 	})
 }

@@ -185,8 +185,8 @@ func ToReset(r ResetResult) gym.Reset {
 	}
 }
 
-// FromStepResult converts the outcome of a step. Info.Mask is set when a
-// call or the evaluation failed with a masked error class.
+// FromStepResult converts the outcome of a step; Info.Mask is
+// gym.StepInfo.Mask.
 func FromStepResult(r gym.StepResult) StepResult {
 	out := StepResult{
 		Observation: Observation{Messages: FromMessages(r.Observation.Messages), Text: r.Observation.Text},
@@ -199,6 +199,7 @@ func FromStepResult(r gym.StepResult) StepResult {
 			Calls:             make([]CallInfo, len(r.Info.Calls)),
 			TerminationReason: string(r.Info.TerminationReason),
 			AgentDone:         r.Info.AgentDone,
+			Mask:              r.Info.Mask(),
 		},
 	}
 	for i, c := range r.Info.Calls {
@@ -212,19 +213,10 @@ func FromStepResult(r gym.StepResult) StepResult {
 			OutputDropped: c.OutputDropped,
 			Blocked:       c.Blocked,
 		}
-		if gym.Masked(c.ErrorClass) {
-			out.Info.Mask = true
-		}
 	}
 	if r.Info.Evaluation != nil {
 		ev := FromEvaluation(*r.Info.Evaluation)
 		out.Info.Evaluation = &ev
-		if ev.Mask {
-			out.Info.Mask = true
-		}
-	}
-	if r.Info.TerminationReason == gym.ReasonSandboxError {
-		out.Info.Mask = true
 	}
 	return out
 }
