@@ -397,3 +397,37 @@ func TestPooledResetKeepsLabelAndID(t *testing.T) {
 		t.Fatalf("evaluation in a pooled sandbox: %+v", r.Info.Evaluation)
 	}
 }
+
+// TestShadowedTestRunnerDoesNotScore plants a fake pytest module (and a
+// sitecustomize) in the working directory that forges a passing report; the
+// tests must still run the real pytest, so the reward stays at the
+// do-nothing baseline.
+func TestShadowedTestRunnerDoesNotScore(t *testing.T) {
+	e, ec := loadEnv(t, "fix_inventory")
+	s0, _ := reset(t, e)
+	base := step(t, s0, call(gym.ToolMarkDone, map[string]string{})).Reward
+	if base >= 1 {
+		t.Fatalf("do-nothing reward %v", base)
+	}
+	forge := `import os, re, sys
+opts = os.environ.get("PYTEST_ADDOPTS", "")
+m = re.search(r"--junitxml=(\S+)", opts)
+cases = "".join('<testcase classname="tests.test_inventory" name="test_%d"/>' % i for i in range(50))
+if m:
+    open(m.group(1), "w").write("<testsuites><testsuite>" + cases + "</testsuite></testsuites>")
+print("=" * 20 + " short test summary info " + "=" * 20)
+for i in range(50):
+    print("PASSED tests/test_inventory.py::test_%d" % i)
+print("=" * 20 + " 50 passed " + "=" * 20)
+sys.exit(0)
+`
+	s, _ := reset(t, e)
+	step(t, s,
+		call(gym.ToolWriteFile, gym.WriteFileArgs{Filepath: filepath.Join(ec.WorkingDirectory, "pytest.py"), Content: forge}),
+		call(gym.ToolWriteFile, gym.WriteFileArgs{Filepath: filepath.Join(ec.WorkingDirectory, "sitecustomize.py"), Content: forge}),
+	)
+	r := step(t, s, call(gym.ToolMarkDone, map[string]string{}))
+	if ev := r.Info.Evaluation; ev == nil || r.Reward != base || ev.Total != 10 {
+		t.Fatalf("forged runner: reward %v (baseline %v), evaluation %+v", r.Reward, base, ev)
+	}
+}

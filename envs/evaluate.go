@@ -76,7 +76,7 @@ func (e *TaskEnv) evaluate(ctx context.Context, sb sandbox.Sandbox) (gym.Evaluat
 		r, err := sb.Exec(ctx, sandbox.ExecRequest{
 			Argv:      []string{"/bin/sh", "-c", cmd},
 			Dir:       e.cfg.WorkingDirectory,
-			Env:       e.testEnv(junitPath, iniPath),
+			Env:       e.testEnv(junitPath, iniPath, e.hiddenIni() != ""),
 			Timeout:   e.cfg.Timeouts.Test,
 			MaxOutput: testOutputLimit,
 		})
@@ -90,6 +90,11 @@ func (e *TaskEnv) evaluate(ctx context.Context, sb sandbox.Sandbox) (gym.Evaluat
 			Duration: gym.Duration(r.Duration),
 			TimedOut: r.TimedOut,
 			Success:  r.ExitCode == 0 && !r.TimedOut,
+		}
+		// Nothing the tests started may outlive them and rewrite the
+		// report before it is read.
+		if err := sb.KillAll(ctx); err != nil {
+			return fail(gym.ClassSandbox, fmt.Errorf("stop processes after test command %d: %w", i, err))
 		}
 		cases, source, err := e.parseResults(ctx, sb, junitPath, r)
 		if err != nil {
@@ -158,10 +163,17 @@ func (e *TaskEnv) hiddenIni() string {
 // junitPath and a full summary, takes its settings from iniPath (not from
 // ini files the agent may have written), loads no user site-packages,
 // writes no cache, and collects conftest files only inside the hidden test
-// directory.
-func (e *TaskEnv) testEnv(junitPath, iniPath string) []string {
+// directory. Python does not put the working directory first on sys.path
+// (PYTHONSAFEPATH), so a pytest.py or sitecustomize.py the agent wrote
+// cannot stand in for the real ones; pytest adds the working directory
+// itself once it runs (its pythonpath setting), so the tests still import
+// the agent's modules.
+func (e *TaskEnv) testEnv(junitPath, iniPath string, hiddenIni bool) []string {
 	opts := []string{"--junitxml=" + junitPath, "-rA", "-p", "no:cacheprovider",
 		"-c", iniPath, "--rootdir=" + e.cfg.WorkingDirectory}
+	if !hiddenIni {
+		opts = append(opts, "-o", "pythonpath="+e.cfg.WorkingDirectory)
+	}
 	if len(e.hiddenRoots) == 1 {
 		opts = append(opts, "--confcutdir="+e.hiddenRoots[0])
 	}
@@ -171,6 +183,7 @@ func (e *TaskEnv) testEnv(junitPath, iniPath string) []string {
 	return []string{
 		"PYTEST_ADDOPTS=" + strings.Join(opts, " "),
 		"PYTHONNOUSERSITE=1",
+		"PYTHONSAFEPATH=1",
 		"PYTHONDONTWRITEBYTECODE=1",
 	}
 }
