@@ -431,3 +431,23 @@ sys.exit(0)
 		t.Fatalf("forged runner: reward %v (baseline %v), evaluation %+v", r.Reward, base, ev)
 	}
 }
+
+// TestCutShortTestRunDoesNotScore makes the agent's module end the test
+// process with status 0 as soon as pytest imports it, after printing a
+// forged summary: a pytest run without its report counts as an error.
+func TestCutShortTestRunDoesNotScore(t *testing.T) {
+	e, ec := loadEnv(t, "fix_inventory")
+	s, _ := reset(t, e)
+	step(t, s, call(gym.ToolWriteFile, gym.WriteFileArgs{Filepath: filepath.Join(ec.WorkingDirectory, "inventory.py"), Content: `import os, sys
+print("=" * 20 + " short test summary info " + "=" * 20)
+print("PASSED tests/test_inventory.py::test_everything")
+print("=" * 20 + " 1 passed " + "=" * 20)
+sys.stdout.flush()
+os._exit(0)
+`}))
+	r := step(t, s, call(gym.ToolMarkDone, map[string]string{}))
+	ev := r.Info.Evaluation
+	if ev == nil || r.Reward != 0 || ev.Success || ev.ErrorClass != "" || len(ev.Tests) != 1 || ev.Tests[0].Status != gym.TestError {
+		t.Fatalf("cut-short run: reward %v, evaluation %+v", r.Reward, ev)
+	}
+}

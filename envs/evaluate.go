@@ -96,7 +96,8 @@ func (e *TaskEnv) evaluate(ctx context.Context, sb sandbox.Sandbox) (gym.Evaluat
 		if err := sb.KillAll(ctx); err != nil {
 			return fail(gym.ClassSandbox, fmt.Errorf("stop processes after test command %d: %w", i, err))
 		}
-		cases, source, err := e.parseResults(ctx, sb, junitPath, r)
+		pytest := strings.Contains(cmd, "pytest")
+		cases, source, err := e.parseResults(ctx, sb, junitPath, r, !pytest)
 		if err != nil {
 			return fail(gym.ClassSandbox, err)
 		}
@@ -115,6 +116,14 @@ func (e *TaskEnv) evaluate(ctx context.Context, sb sandbox.Sandbox) (gym.Evaluat
 				if r.TimedOut {
 					msg = "timed out after " + e.cfg.Timeouts.Test.String()
 				}
+			}
+			if pytest && !r.TimedOut {
+				// pytest always writes its report when it finishes, so a
+				// pytest run without one was cut short (os._exit in the
+				// code under test, a crash, a signal): its exit status
+				// and output prove nothing.
+				status = gym.TestError
+				msg = fmt.Sprintf("pytest exited with code %d without writing its JUnit report: it did not finish", r.ExitCode)
 			}
 			cases = []gym.TestCase{{Name: cmd, Status: status, Message: msg}}
 			tc.Source = "exit_code"
@@ -188,9 +197,11 @@ func (e *TaskEnv) testEnv(junitPath, iniPath string, hiddenIni bool) []string {
 	}
 }
 
-// parseResults finds per-test results: JUnit XML first, then pytest's -rA
-// summary in the output. No cases and no error means neither was found.
-func (e *TaskEnv) parseResults(ctx context.Context, sb sandbox.Sandbox, junitPath string, r sandbox.ExecResult) ([]gym.TestCase, string, error) {
+// parseResults finds per-test results: JUnit XML first, then, when
+// textOK, pytest's -rA summary in the output. Output is not trusted for a
+// pytest command: the code under test can print anything. No cases and no
+// error means none were found.
+func (e *TaskEnv) parseResults(ctx context.Context, sb sandbox.Sandbox, junitPath string, r sandbox.ExecResult, textOK bool) ([]gym.TestCase, string, error) {
 	data, err := sb.ReadFile(ctx, junitPath, junitLimit)
 	switch {
 	case err == nil:
@@ -204,6 +215,9 @@ func (e *TaskEnv) parseResults(ctx context.Context, sb sandbox.Sandbox, junitPat
 	case errors.Is(err, sandbox.ErrNotExist), errors.Is(err, sandbox.ErrTooLarge), errors.Is(err, sandbox.ErrIsDir):
 	default:
 		return nil, "", fmt.Errorf("read test report: %w", err)
+	}
+	if !textOK {
+		return nil, "", nil
 	}
 	if cases := testresult.ParsePytest(string(r.Stdout) + "\n" + string(r.Stderr)); len(cases) > 0 {
 		return cases, "pytest", nil

@@ -16,16 +16,38 @@ import (
 // These tests drive the episode logic on the in-memory fake sandbox; the
 // tests in env_test.go run the same behaviours on real Docker.
 
-// pytestSummary answers unit_tests commands with a pytest -rA summary in
-// which test_a passes and test_b fails unless the agent wrote fixed.txt.
-func pytestSummary(ctx context.Context, sb *sandboxtest.FakeSandbox, req sandbox.ExecRequest) (sandbox.ExecResult, error) {
-	if len(req.Argv) < 3 || !strings.Contains(req.Argv[2], "pytest") {
+// fakePytest answers unit_tests commands like pytest: test_a passes and
+// test_b fails unless the agent wrote fixed.txt. A command naming pytest
+// writes the JUnit report that PYTEST_ADDOPTS asks for; any other command
+// prints only pytest's -rA summary.
+func fakePytest(ctx context.Context, sb *sandboxtest.FakeSandbox, req sandbox.ExecRequest) (sandbox.ExecResult, error) {
+	if len(req.Argv) < 3 || !strings.Contains(req.Argv[2], "tests") {
 		return sandbox.ExecResult{Stdout: []byte("ran " + strings.Join(req.Argv, " ") + "\n")}, nil
 	}
-	b := "FAILED tests/test_x.py::test_b - assert False"
-	code := 1
+	fixed := false
 	if data, err := sb.ReadFile(ctx, "fixed.txt", 10); err == nil && string(data) == "yes" {
-		b, code = "PASSED tests/test_x.py::test_b", 0
+		fixed = true
+	}
+	code := 1
+	b, bXML := "FAILED tests/test_x.py::test_b - assert False", `<testcase classname="tests.test_x" name="test_b"><failure message="assert False"/></testcase>`
+	if fixed {
+		code = 0
+		b, bXML = "PASSED tests/test_x.py::test_b", `<testcase classname="tests.test_x" name="test_b"/>`
+	}
+	if strings.Contains(req.Argv[2], "pytest") {
+		for _, kv := range req.Env {
+			if opts, ok := strings.CutPrefix(kv, "PYTEST_ADDOPTS="); ok {
+				for _, f := range strings.Fields(opts) {
+					if p, ok := strings.CutPrefix(f, "--junitxml="); ok {
+						xml := `<testsuites><testsuite><testcase classname="tests.test_x" name="test_a"/>` + bXML + `</testsuite></testsuites>`
+						if err := sb.WriteFile(ctx, p, []byte(xml), 0o644); err != nil {
+							return sandbox.ExecResult{}, err
+						}
+					}
+				}
+			}
+		}
+		return sandbox.ExecResult{ExitCode: code, Stdout: []byte("2 tests\n")}, nil
 	}
 	out := "=========================== short test summary info ============================\n" +
 		"PASSED tests/test_x.py::test_a\n" + b + "\n=== done ===\n"
@@ -34,8 +56,14 @@ func pytestSummary(ctx context.Context, sb *sandboxtest.FakeSandbox, req sandbox
 
 func fakeEnv(t *testing.T, exec sandboxtest.ExecFunc) (*envs.TaskEnv, *sandboxtest.FakeProvider) {
 	t.Helper()
+	return fakeEnvWith(t, exec, "python3 -m pytest tests/")
+}
+
+// fakeEnvWith is fakeEnv with the given unit_tests command.
+func fakeEnvWith(t *testing.T, exec sandboxtest.ExecFunc, unitTest string) (*envs.TaskEnv, *sandboxtest.FakeProvider) {
+	t.Helper()
 	cfg, err := config.Parse([]byte(`{"environments": [{"id": "fake", "docker_image": "img",
-		"unit_tests": ["python3 -m pytest tests/"], "prompt": "fix it", "max_actions": 5}]}`), t.TempDir())
+		"unit_tests": ["`+unitTest+`"], "prompt": "fix it", "max_actions": 5}]}`), t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -50,12 +78,17 @@ func fakeEnv(t *testing.T, exec sandboxtest.ExecFunc) (*envs.TaskEnv, *sandboxte
 
 func TestFakeEpisodeRewardFromParsedTests(t *testing.T) {
 	for _, tc := range []struct {
-		name   string
-		fix    bool
-		reward float64
-	}{{"unfixed", false, 0.5}, {"fixed", true, 1}} {
+		name, command, source string
+		fix                   bool
+		reward                float64
+	}{
+		{"junit/unfixed", "python3 -m pytest tests/", "junit", false, 0.5},
+		{"junit/fixed", "python3 -m pytest tests/", "junit", true, 1},
+		{"text/unfixed", "python3 run_tests.py tests/", "pytest", false, 0.5},
+		{"text/fixed", "python3 run_tests.py tests/", "pytest", true, 1},
+	} {
 		t.Run(tc.name, func(t *testing.T) {
-			e, p := fakeEnv(t, pytestSummary)
+			e, p := fakeEnvWith(t, fakePytest, tc.command)
 			s, r, err := e.Reset(t.Context(), gym.ResetRequest{})
 			if err != nil {
 				t.Fatal(err)
@@ -68,7 +101,7 @@ func TestFakeEpisodeRewardFromParsedTests(t *testing.T) {
 			}
 			res := step(t, s, call(gym.ToolMarkDone, gym.MarkDoneArgs{}))
 			ev := res.Info.Evaluation
-			if !res.Terminated || ev == nil || res.Reward != tc.reward || ev.Total != 2 || ev.Commands[0].Source != "pytest" {
+			if !res.Terminated || ev == nil || res.Reward != tc.reward || ev.Total != 2 || ev.Commands[0].Source != tc.source {
 				t.Fatalf("result %+v evaluation %+v", res, ev)
 			}
 			if ev.Success != (tc.reward == 1) {
@@ -100,7 +133,7 @@ func TestFakeNoTestsCollectedIsVerifierError(t *testing.T) {
 }
 
 func TestFakeAgentErrorsAndLimit(t *testing.T) {
-	e, _ := fakeEnv(t, pytestSummary)
+	e, _ := fakeEnv(t, fakePytest)
 	s, _, err := e.Reset(t.Context(), gym.ResetRequest{})
 	if err != nil {
 		t.Fatal(err)
