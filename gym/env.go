@@ -45,6 +45,45 @@ type Session interface {
 	Close(ctx context.Context) (Result, error)
 }
 
+// Snapshotter is implemented by sessions whose state can be saved while
+// the episode runs: the sandbox's files (running processes are not kept)
+// and the episode's step and action counts and elapsed time.
+type Snapshotter interface {
+	// Snapshot saves the session's state; the session goes on unchanged.
+	// Errors: ErrEpisodeDone once the episode ended (the hidden tests may
+	// be in the sandbox by then), ErrSandbox.
+	Snapshot(ctx context.Context) (Snapshot, error)
+}
+
+// Forker is implemented by environments that start sessions from the
+// snapshots of their sessions. Snapshots live until dropped or until the
+// environment's provider closes.
+type Forker interface {
+	// Fork starts a new session from a snapshot: its sandbox holds the
+	// snapshot's files, and the episode continues from the snapshot's step
+	// and action counts with the rest of its time budget. Each call makes an
+	// independent session. Errors: ErrNotFound for an unknown snapshot,
+	// ErrSandbox.
+	Fork(ctx context.Context, snapshotID string) (Session, Reset, error)
+	// DropSnapshot deletes a snapshot; sessions forked from it go on.
+	// Errors: ErrNotFound for an unknown snapshot.
+	DropSnapshot(ctx context.Context, snapshotID string) error
+}
+
+// Snapshot describes a saved session state.
+type Snapshot struct {
+	ID     string `json:"id"`
+	EnvID  string `json:"env"`
+	TaskID string `json:"task"`
+	// SessionID is the session it was taken from.
+	SessionID string `json:"session_id"`
+	Steps     int    `json:"steps"`
+	Actions   int    `json:"actions"`
+	// Elapsed is the episode time used when it was taken.
+	Elapsed Duration  `json:"elapsed"`
+	Created time.Time `json:"created"`
+}
+
 // ResetRequest selects the task of a new episode.
 type ResetRequest struct {
 	// Task is the task id; empty selects the environment's first task.
@@ -66,6 +105,11 @@ type Reset struct {
 	// Messages is the initial transcript: the system and user messages.
 	Messages []Message     `json:"messages"`
 	Limits   EpisodeLimits `json:"limits"`
+	// ForkOf is the snapshot a forked session started from; Steps and
+	// Actions are then the counts it continues from.
+	ForkOf  string `json:"fork_of,omitempty"`
+	Steps   int    `json:"steps,omitempty"`
+	Actions int    `json:"actions,omitempty"`
 }
 
 // EpisodeLimits are the bounds of one episode.

@@ -55,6 +55,20 @@ type Named interface {
 	SessionID() string
 }
 
+// Committer is implemented by sandboxes whose files can be saved as an
+// image that Provider.Create starts new sandboxes from. Running processes
+// are not saved.
+type Committer interface {
+	// Commit saves the sandbox's files and returns the image reference.
+	Commit(ctx context.Context) (string, error)
+}
+
+// ImageDropper is implemented by providers that can delete the images
+// Commit made. Sandboxes already started from an image keep running.
+type ImageDropper interface {
+	DropImage(ctx context.Context, ref string) error
+}
+
 // Provider makes sandboxes. It is safe for concurrent use.
 type Provider interface {
 	// Prepare builds (or finds in its cache) the image for spec and returns
