@@ -59,9 +59,14 @@ type TaskEnv struct {
 	// mu guards the fields below.
 	mu    sync.Mutex
 	image string
+	// snapshots maps snapshot ids to their images and states.
+	snapshots map[string]snapshotRecord
 }
 
-var _ gym.Env = (*TaskEnv)(nil)
+var (
+	_ gym.Env    = (*TaskEnv)(nil)
+	_ gym.Forker = (*TaskEnv)(nil)
+)
 
 // New returns the TaskEnv for ec, one environment of cfg.
 func New(cfg *config.Config, ec config.Environment, opts Options) (*TaskEnv, error) {
@@ -166,6 +171,16 @@ func (e *TaskEnv) Reset(ctx context.Context, req gym.ResetRequest) (gym.Session,
 	if err != nil {
 		return nil, gym.Reset{}, gym.Classify(err, gym.ClassSandbox)
 	}
+	s, err := e.start(ctx, image)
+	if err != nil {
+		return nil, gym.Reset{}, err
+	}
+	return s, s.initial(), nil
+}
+
+// start makes a session in a new sandbox from image (retrying failed starts
+// max_retries times); its clock starts now.
+func (e *TaskEnv) start(ctx context.Context, image string) (*session, error) {
 	id := newSessionID()
 	spec := sandbox.Spec{
 		Image:   image,
@@ -183,6 +198,7 @@ func (e *TaskEnv) Reset(ctx context.Context, req gym.ResetRequest) (gym.Session,
 		Network: e.cfg.Network,
 	}
 	var sb sandbox.Sandbox
+	var err error
 	for attempt := 0; ; attempt++ {
 		sb, err = e.opts.Provider.Create(ctx, spec)
 		if err == nil || attempt >= e.cfg.MaxRetries || ctx.Err() != nil {
@@ -191,14 +207,14 @@ func (e *TaskEnv) Reset(ctx context.Context, req gym.ResetRequest) (gym.Session,
 		e.log.Warn("sandbox start failed; retrying", "session_id", id, "attempt", attempt+1, "err", err)
 	}
 	if err != nil {
-		return nil, gym.Reset{}, gym.Classify(fmt.Errorf("environment %s: session %s: start sandbox: %w", e.cfg.ID, id, err), gym.ClassSandbox)
+		return nil, gym.Classify(fmt.Errorf("environment %s: session %s: start sandbox: %w", e.cfg.ID, id, err), gym.ClassSandbox)
 	}
 	if n, ok := sb.(sandbox.Named); ok && n.SessionID() != "" {
 		id = n.SessionID() // a pooled sandbox was labelled before this reset
 	}
 	s := &session{env: e, id: id, sb: sb, start: time.Now()}
 	e.log.Info("session started", "session_id", id, "sandbox", shortID(sb.ID()))
-	return s, s.initial(), nil
+	return s, nil
 }
 
 // limits returns the episode limits of the environment.

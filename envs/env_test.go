@@ -13,6 +13,7 @@ import (
 
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/filters"
+	"github.com/docker/docker/api/types/image"
 
 	"github.com/gymserver/gymserver/envs"
 	"github.com/gymserver/gymserver/envs/config"
@@ -449,5 +450,64 @@ os._exit(0)
 	ev := r.Info.Evaluation
 	if ev == nil || r.Reward != 0 || ev.Success || ev.ErrorClass != "" || len(ev.Tests) != 1 || ev.Tests[0].Status != gym.TestError {
 		t.Fatalf("cut-short run: reward %v, evaluation %+v", r.Reward, ev)
+	}
+}
+
+// TestSnapshotAndForkOnDocker saves a calculator_api session after the
+// reference solution is written and forks it twice: one fork keeps the
+// solution (reward 1), the other breaks it (reward < 1). Dropping the
+// snapshot removes its image.
+func TestSnapshotAndForkOnDocker(t *testing.T) {
+	e, ec := loadEnv(t, "calculator_api")
+	calls, err := envs.ReferenceCalls(ec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, _ := reset(t, e)
+	// Every reference call but the final mark_done.
+	for _, c := range calls[:len(calls)-1] {
+		step(t, s, c)
+	}
+	step(t, s, call(gym.ToolExecuteCommand, gym.ExecuteCommandArgs{Command: "sleep 1000", Background: true}))
+	snap, err := s.(gym.Snapshotter).Snapshot(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	var forks []gym.Session
+	for range 2 {
+		f, r, err := e.Fork(ctx, snap.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { f.Close(context.Background()) })
+		if r.ForkOf != snap.ID || r.Actions != snap.Actions {
+			t.Errorf("fork reset %+v", r)
+		}
+		forks = append(forks, f)
+	}
+	step(t, forks[1], call(gym.ToolExecuteCommand, gym.ExecuteCommandArgs{Command: "rm app.py"}))
+	good := step(t, forks[0], call(gym.ToolMarkDone, gym.MarkDoneArgs{}))
+	bad := step(t, forks[1], call(gym.ToolMarkDone, gym.MarkDoneArgs{}))
+	if good.Reward != 1 || bad.Reward >= 1 {
+		t.Fatalf("fork rewards: kept solution %v, broken %v", good.Reward, bad.Reward)
+	}
+	// The original session is unaffected by its forks.
+	if r := step(t, s, call(gym.ToolExecuteCommand, gym.ExecuteCommandArgs{Command: "test -f app.py && echo present"})); !strings.Contains(r.Observation.Text, "present") {
+		t.Errorf("original session: %q", r.Observation.Text)
+	}
+	// Dropped while its forks run, the image goes when the last closes.
+	if err := e.DropSnapshot(ctx, snap.ID); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range forks {
+		if _, err := f.Close(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	imgs, err := shared.Client().ImageList(ctx, image.ListOptions{Filters: filters.NewArgs(filters.Arg("label", "gymserver.snapshot"),
+		filters.Arg("label", sandbox.LabelOwner+"="+shared.Provider(t).Owner()))})
+	if err != nil || len(imgs) != 0 {
+		t.Errorf("snapshot images left after the drop: %d (%v)", len(imgs), err)
 	}
 }

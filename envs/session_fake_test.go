@@ -190,3 +190,68 @@ func TestFakeCloseCancelsEveryWaitingStep(t *testing.T) {
 		}
 	}
 }
+
+func TestFakeSnapshotAndFork(t *testing.T) {
+	e, p := fakeEnv(t, fakePytest)
+	ctx := t.Context()
+	s, _, err := e.Reset(ctx, gym.ResetRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close(context.Background())
+	step(t, s, call(gym.ToolWriteFile, gym.WriteFileArgs{Filepath: "notes.txt", Content: "prefix"}))
+	snap, err := s.(gym.Snapshotter).Snapshot(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if snap.Steps != 1 || snap.Actions != 1 || snap.EnvID != "fake" || snap.SessionID != s.ID() {
+		t.Errorf("snapshot %+v", snap)
+	}
+	// The original goes on; what it does later is not in the snapshot.
+	step(t, s, call(gym.ToolWriteFile, gym.WriteFileArgs{Filepath: "later.txt", Content: "x"}))
+
+	var forks []gym.Session
+	for i := range 2 {
+		f, r, err := e.Fork(ctx, snap.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close(context.Background())
+		if r.ForkOf != snap.ID || r.Steps != 1 || r.Actions != 1 || f.ID() == s.ID() {
+			t.Errorf("fork %d: reset %+v", i, r)
+		}
+		forks = append(forks, f)
+	}
+	for i, f := range forks {
+		r := step(t, f, call(gym.ToolReadFile, gym.ReadFileArgs{Filepath: "notes.txt"}), call(gym.ToolReadFile, gym.ReadFileArgs{Filepath: "later.txt"}))
+		if r.Info.Step != 2 || r.Info.Actions != 3 {
+			t.Errorf("fork %d: step %d actions %d, want 2 and 3", i, r.Info.Step, r.Info.Actions)
+		}
+		if !strings.Contains(r.Observation.Messages[0].Content, "prefix") || r.Info.Calls[1].ErrorClass != gym.ClassAgent {
+			t.Errorf("fork %d sees %+v", i, r.Observation.Messages)
+		}
+	}
+	// Forks are independent: only the first is fixed.
+	step(t, forks[0], call(gym.ToolWriteFile, gym.WriteFileArgs{Filepath: "fixed.txt", Content: "yes"}))
+	r0 := step(t, forks[0], call(gym.ToolMarkDone, gym.MarkDoneArgs{}))
+	r1 := step(t, forks[1], call(gym.ToolMarkDone, gym.MarkDoneArgs{}))
+	if r0.Reward != 1 || r1.Reward != 0.5 {
+		t.Errorf("fork rewards %v and %v, want 1 and 0.5", r0.Reward, r1.Reward)
+	}
+	if _, err := forks[0].(gym.Snapshotter).Snapshot(ctx); gym.ClassOf(err) != gym.ClassEpisodeDone {
+		t.Errorf("snapshot after the end: %v, want episode_done", err)
+	}
+	images := p.Images()
+	if err := e.DropSnapshot(ctx, snap.ID); err != nil {
+		t.Fatal(err)
+	}
+	if p.Images() != images-1 {
+		t.Errorf("the snapshot's image was not dropped")
+	}
+	if _, _, err := e.Fork(ctx, snap.ID); gym.ClassOf(err) != gym.ClassNotFound {
+		t.Errorf("fork of a dropped snapshot: %v, want not_found", err)
+	}
+	if err := e.DropSnapshot(ctx, snap.ID); gym.ClassOf(err) != gym.ClassNotFound {
+		t.Errorf("second drop: %v, want not_found", err)
+	}
+}

@@ -225,3 +225,36 @@ func report(b *testing.B, lat []time.Duration) {
 	b.ReportMetric(float64(lat[len(lat)/2].Microseconds())/1000, "p50_ms")
 	b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds())/1000, "p99_ms")
 }
+
+// TestSnapshotImagesRemovedOnClose commits a sandbox, starts a sandbox from
+// the image, and checks that closing the provider removes both (the
+// dockertest cleanup fails the test if an image of the owner remains).
+func TestSnapshotImagesRemovedOnClose(t *testing.T) {
+	p, _ := newProvider(t)
+	ctx := t.Context()
+	img, err := p.Prepare(ctx, sandbox.ImageSpec{BaseImage: baseimage.Python, WorkDir: "/workspace"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sb, err := p.Create(ctx, sandbox.Spec{Image: img, WorkDir: "/workspace"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sb.WriteFile(ctx, "saved.txt", []byte("kept"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ref, err := sb.(sandbox.Committer).Commit(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fork, err := p.Create(ctx, sandbox.Spec{Image: ref, WorkDir: "/workspace"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if data, err := fork.ReadFile(ctx, "saved.txt", 100); err != nil || string(data) != "kept" {
+		t.Fatalf("file in the fork: %q %v", data, err)
+	}
+	if r, err := fork.Exec(ctx, sandbox.ExecRequest{Argv: []string{"id", "-u"}}); err != nil || string(r.Stdout) == "0\n" {
+		t.Errorf("fork runs as %q (%v), want the sandbox user", r.Stdout, err)
+	}
+}

@@ -96,6 +96,10 @@ type Provider struct {
 	// flight for each key.
 	pool    map[string][]*Sandbox
 	filling map[string]int
+	// snapshots are the images Commit made, removed on Close; dropped
+	// are those DropImage could not remove yet because a sandbox uses them.
+	snapshots map[string]bool
+	dropped   map[string]bool
 }
 
 var _ sandbox.Provider = (*Provider)(nil)
@@ -112,15 +116,17 @@ func New(ctx context.Context, opts Options) (*Provider, error) {
 	}
 	sum := sha256.Sum256(bin)
 	p := &Provider{
-		cli:      opts.Client,
-		opts:     opts,
-		owner:    opts.Owner,
-		log:      opts.Logger,
-		execHash: hex.EncodeToString(sum[:]),
-		live:     map[string]*Sandbox{},
-		building: map[string]chan struct{}{},
-		pool:     map[string][]*Sandbox{},
-		filling:  map[string]int{},
+		cli:       opts.Client,
+		opts:      opts,
+		owner:     opts.Owner,
+		log:       opts.Logger,
+		execHash:  hex.EncodeToString(sum[:]),
+		live:      map[string]*Sandbox{},
+		building:  map[string]chan struct{}{},
+		pool:      map[string][]*Sandbox{},
+		filling:   map[string]int{},
+		snapshots: map[string]bool{},
+		dropped:   map[string]bool{},
 	}
 	p.bgCtx, p.bgCancel = context.WithCancel(context.Background())
 	if p.log == nil {
@@ -214,6 +220,10 @@ func (p *Provider) Reap(ctx context.Context) error {
 			errs = append(errs, err)
 		}
 	}
+	errs = append(errs, p.removeSnapshots(ctx, func(owner, leaseLabel string) bool {
+		lease, _ := strconv.ParseInt(leaseLabel, 10, 64)
+		return p.ownerGone(owner) || (lease > 0 && lease < now)
+	}))
 	return errors.Join(errs...)
 }
 
@@ -272,6 +282,8 @@ func (p *Provider) Close(ctx context.Context) error {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), removeTimeout)
 	defer cancel()
 	errs = append(errs, RemoveOwned(rctx, p.cli, p.owner))
+	// Snapshot images go once no container uses them.
+	errs = append(errs, p.removeSnapshots(rctx, func(owner, _ string) bool { return owner == p.owner }))
 	p.closeClient()
 	return errors.Join(errs...)
 }

@@ -49,7 +49,8 @@ var _ sandbox.Sandbox = (*Sandbox)(nil)
 // own; see SessionID), else a container started now. On failure nothing is
 // left behind.
 func (p *Provider) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sandbox, error) {
-	if p.opts.WarmPool <= 0 {
+	if p.opts.WarmPool <= 0 || p.isSnapshot(spec.Image) {
+		// Forks of a snapshot are one-offs: no pool for them.
 		return p.create(ctx, spec)
 	}
 	key := poolKey(spec)
@@ -328,7 +329,14 @@ func (s *Sandbox) Close(ctx context.Context) error {
 		s.closeErr = s.p.remove(rctx, s.id)
 		s.p.mu.Lock()
 		delete(s.p.live, s.id)
+		pending := len(s.p.dropped) > 0
 		s.p.mu.Unlock()
+		if pending {
+			// This may have been the last sandbox of a dropped snapshot.
+			if err := s.p.removeDropped(rctx); err != nil {
+				s.p.log.Warn("removing dropped snapshots", "err", err)
+			}
+		}
 	})
 	return s.closeErr
 }

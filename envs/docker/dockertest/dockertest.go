@@ -13,6 +13,7 @@ import (
 
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/filters"
+	"github.com/docker/docker/api/types/image"
 	"github.com/docker/docker/client"
 
 	"github.com/gymserver/gymserver/envs/baseimage"
@@ -66,6 +67,16 @@ func closeAndCheck(p *docker.Provider, cli *client.Client) error {
 	}
 	if n > 0 {
 		return fmt.Errorf("%d containers left behind by owner %s", n, p.Owner())
+	}
+	// Prepared images are a cache shared by every provider; snapshots
+	// belong to their provider.
+	imgs, err := cli.ImageList(ctx, image.ListOptions{Filters: filters.NewArgs(
+		filters.Arg("label", "gymserver.snapshot"), filters.Arg("label", sandbox.LabelOwner+"="+p.Owner()))})
+	if err != nil {
+		return fmt.Errorf("list images: %w", err)
+	}
+	if len(imgs) > 0 {
+		return fmt.Errorf("%d snapshot images left behind by owner %s", len(imgs), p.Owner())
 	}
 	return nil
 }

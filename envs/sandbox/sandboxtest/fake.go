@@ -324,3 +324,46 @@ func (s *FakeSandbox) Close(ctx context.Context) error {
 	s.p.mu.Unlock()
 	return nil
 }
+
+var (
+	_ sandbox.Committer    = (*FakeSandbox)(nil)
+	_ sandbox.ImageDropper = (*FakeProvider)(nil)
+)
+
+// Commit saves the sandbox's files as a new image of the provider.
+func (s *FakeSandbox) Commit(ctx context.Context) (string, error) {
+	s.mu.Lock()
+	if err := s.check(); err != nil {
+		s.mu.Unlock()
+		return "", err
+	}
+	var files []sandbox.File
+	for p, f := range s.files {
+		files = append(files, sandbox.File{Path: p, Data: append([]byte(nil), f.data...), Mode: f.mode})
+	}
+	s.mu.Unlock()
+	s.p.mu.Lock()
+	defer s.p.mu.Unlock()
+	s.p.seq++
+	ref := fmt.Sprintf("fake-snapshot:%d", s.p.seq)
+	s.p.images[ref] = files
+	return ref, nil
+}
+
+// DropImage forgets an image.
+func (p *FakeProvider) DropImage(ctx context.Context, ref string) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if _, ok := p.images[ref]; !ok {
+		return fmt.Errorf("fake: image %s: %w", ref, gym.ErrNotFound)
+	}
+	delete(p.images, ref)
+	return nil
+}
+
+// Images returns the number of images the provider holds.
+func (p *FakeProvider) Images() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.images)
+}
