@@ -25,6 +25,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	maxConnSessions := fs.Int("max-sessions-per-conn", server.DefaultMaxSessionsPerConn, "most open sessions on one connection")
 	maxInflight := fs.Int("max-inflight", server.DefaultMaxInflightPerConn, "most requests in flight on one connection")
 	maxResets := fs.Int("max-resets", server.DefaultMaxConcurrentResets, "most resets (container starts) running at once")
+	maxConnSnapshots := fs.Int("max-snapshots-per-conn", server.DefaultMaxSnapshotsPerConn, "most snapshots one connection holds (each is an image until dropped)")
 	resetWait := fs.Duration("reset-wait", server.DefaultResetWait, "how long a reset waits for a start slot")
 	idleTTL := fs.Duration("idle-ttl", server.DefaultIdleSessionTTL, "close sessions without requests for this long")
 	pingInterval := fs.Duration("ping-interval", server.DefaultPingInterval, "WebSocket heartbeat period")
@@ -75,6 +76,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		MaxSessionsPerConn:  *maxConnSessions,
 		MaxInflightPerConn:  *maxInflight,
 		MaxConcurrentResets: *maxResets,
+		MaxSnapshotsPerConn: *maxConnSnapshots,
 		ResetWait:           *resetWait,
 		IdleSessionTTL:      *idleTTL,
 		PingInterval:        *pingInterval,

@@ -49,6 +49,10 @@ type conn struct {
 	reserved  int // sessions open or being reset
 	tombs     map[string]*session
 	tombOrder []string
+	// snapshots maps the connection's snapshot ids to their environments.
+	snapshots map[string]string
+	// snapReserved counts snapshots held or being taken.
+	snapReserved int
 }
 
 func newConn(s *Server, ws *websocket.Conn, remote string) *conn {
@@ -65,6 +69,7 @@ func newConn(s *Server, ws *websocket.Conn, remote string) *conn {
 		pongWait:   3 * s.opts.PingInterval,
 		sessions:   make(map[string]*session),
 		tombs:      make(map[string]*session),
+		snapshots:  make(map[string]string),
 	}
 }
 
@@ -184,7 +189,8 @@ func (c *conn) reply(id uint64, result any, err error) {
 }
 
 // teardown cancels the connection's requests, closes its sessions (removing
-// their sandboxes), waits for its request goroutines and stops the writer.
+// their sandboxes), waits for its request goroutines, drops its snapshots
+// and stops the writer.
 func (c *conn) teardown() {
 	c.cancel()
 	c.mu.Lock()
@@ -196,10 +202,12 @@ func (c *conn) teardown() {
 	c.mu.Unlock()
 	closeAll(live, false)
 	c.handlers.Wait()
+	// No request runs any more, so no snapshot can be added.
+	dropped := c.dropAllSnapshots()
 	close(c.quit)
 	<-c.writerDone
 	c.ws.Close()
-	c.log.Debug("connection closed", "sessions_closed", len(live))
+	c.log.Debug("connection closed", "sessions_closed", len(live), "snapshots_dropped", dropped)
 }
 
 // goAway tells the client the server is going away, after the responses
@@ -228,25 +236,28 @@ func (c *conn) dispatch(frame []byte) {
 		}
 		c.reply(req.ID, h, nil)
 	case wire.OpEnvs:
-		specs := c.srv.opts.Registry.Specs()
-		res := wire.EnvsResult{Envs: make([]wire.EnvSpec, len(specs))}
-		for i, s := range specs {
-			res.Envs[i] = wire.FromEnvSpec(s)
-		}
-		c.reply(req.ID, res, nil)
+		c.reply(req.ID, wire.EnvsResult{Envs: c.srv.envSpecs()}, nil)
 	case wire.OpReset:
 		if c.srv.draining.Load() {
 			c.reply(req.ID, nil, errDraining())
 			return
 		}
 		c.spawn(req.ID, func() { c.reset(req) })
-	case wire.OpStep, wire.OpEvaluate:
+	case wire.OpStep, wire.OpEvaluate, wire.OpSnapshot:
 		c.queue(req)
 	case wire.OpClose:
 		c.spawn(req.ID, func() { c.closeSession(req) })
+	case wire.OpFork:
+		if c.srv.draining.Load() {
+			c.reply(req.ID, nil, errDraining())
+			return
+		}
+		c.spawn(req.ID, func() { c.fork(req) })
+	case wire.OpDropSnapshot:
+		c.spawn(req.ID, func() { c.dropSnapshot(req) })
 	default:
 		c.reply(req.ID, nil, errorf(gym.ClassInvalidArgument, wire.ReasonUnknownOp,
-			"unknown op %q (want %s)", req.Op, strings.Join(wire.Ops(), ", ")))
+			"unknown op %q (want %s)", req.Op, strings.Join(c.srv.hello.Ops, ", ")))
 	}
 }
 
@@ -343,30 +354,38 @@ func (s *Server) forget(sess *session) {
 	}
 }
 
-// reserveSession claims a session slot on the connection and the server.
-func (c *conn) reserveSession() error {
+// reserveSessions claims n session slots on the connection and the
+// server, all or none.
+func (c *conn) reserveSessions(n int) error {
+	max := c.srv.opts.MaxSessionsPerConn
 	c.mu.Lock()
-	if c.reserved >= c.srv.opts.MaxSessionsPerConn {
+	if n > max-c.reserved { // not c.reserved+n: n comes from the wire and may be huge
+		have := c.reserved
 		c.mu.Unlock()
+		if n == 1 {
+			return errorf(gym.ClassResourceExhausted, wire.ReasonMaxConnectionSessions,
+				"connection has %d sessions, the maximum (max_sessions_per_connection); close sessions first", max)
+		}
 		return errorf(gym.ClassResourceExhausted, wire.ReasonMaxConnectionSessions,
-			"connection has %d sessions, the maximum (max_sessions_per_connection); close sessions first", c.srv.opts.MaxSessionsPerConn)
+			"%d new sessions do not fit: connection has %d of at most %d sessions (max_sessions_per_connection)", n, have, max)
 	}
-	c.reserved++
+	c.reserved += n
 	c.mu.Unlock()
-	if err := c.srv.reserve(); err != nil {
+	if err := c.srv.reserve(n); err != nil {
 		c.mu.Lock()
-		c.reserved--
+		c.reserved -= n
 		c.mu.Unlock()
 		return err
 	}
 	return nil
 }
 
-func (c *conn) unreserveSession() {
+// unreserveSessions gives back n slots claimed by reserveSessions.
+func (c *conn) unreserveSessions(n int) {
 	c.mu.Lock()
-	c.reserved--
+	c.reserved -= n
 	c.mu.Unlock()
-	c.srv.release()
+	c.srv.release(n)
 }
 
 // register adds a new session to the connection and the server, or closes
@@ -408,14 +427,14 @@ func (c *conn) reset(req wire.Request) {
 			old.close(false)
 		}
 	}
-	if err := c.reserveSession(); err != nil {
+	if err := c.reserveSessions(1); err != nil {
 		c.reply(req.ID, nil, err)
 		return
 	}
 	registered := false
 	defer func() {
 		if !registered {
-			c.unreserveSession()
+			c.unreserveSessions(1)
 		}
 	}()
 
@@ -453,8 +472,8 @@ func (c *conn) reset(req wire.Request) {
 	c.reply(req.ID, wire.FromReset(r), nil)
 }
 
-// queue handles step and evaluate: they run on their session one at a time
-// in arrival order.
+// queue handles step, evaluate and snapshot: they run on their session one
+// at a time in arrival order.
 func (c *conn) queue(req wire.Request) {
 	s, live, err := c.lookup(req.Session)
 	if err == nil && !live {
@@ -496,10 +515,13 @@ func (c *conn) queue(req wire.Request) {
 			c.reply(req.ID, nil, s.closedErr())
 			return
 		}
-		if req.Op == wire.OpStep {
+		switch req.Op {
+		case wire.OpStep:
 			c.step(req, s, action)
-		} else {
+		case wire.OpEvaluate:
 			c.evaluate(req, s)
+		case wire.OpSnapshot:
+			c.snapshot(req, s)
 		}
 	}()
 }

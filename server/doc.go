@@ -10,5 +10,8 @@
 //
 // Each connection has exactly one reader and one writer goroutine; requests
 // run in their own goroutines, and requests on one session run one at a
-// time in arrival order. Closing a connection closes its sessions.
+// time in arrival order. Closing a connection closes its sessions and drops
+// its snapshots: snapshots, like sessions, belong to the connection that
+// made them, and the server routes fork and drop_snapshot to the
+// environment (a gym.Forker) that holds each one.
 package server

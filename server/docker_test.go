@@ -20,6 +20,7 @@ import (
 
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/filters"
+	"github.com/docker/docker/api/types/image"
 	"github.com/docker/docker/pkg/stdcopy"
 
 	gymclient "github.com/gymserver/gymserver/clients/go"
@@ -137,6 +138,85 @@ func TestDockerVanishedClientLeavesNoContainer(t *testing.T) {
 	time.Sleep(300 * time.Millisecond) // the command is running in the container
 	rc.ws.NetConn().Close()
 	waitFor(t, "the container to be removed", 60*time.Second, func() bool { return sessionContainers(t, r.SessionID) == 0 })
+}
+
+// snapshotImages counts the snapshot images of the shared provider.
+func snapshotImages(t testing.TB) int {
+	t.Helper()
+	list, err := shared.Client().ImageList(context.Background(), image.ListOptions{Filters: filters.NewArgs(
+		filters.Arg("label", "gymserver.snapshot"), filters.Arg("label", sandbox.LabelOwner+"="+dockerProvider(t).Owner()))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(list)
+}
+
+// TestDockerSnapshotFork writes calculator_api's reference solution,
+// saves the session and forks it twice through the protocol: the fork that
+// keeps the solution scores 1, the one that deletes it less. Closing the
+// connection removes every container and the snapshot's image.
+func TestDockerSnapshotFork(t *testing.T) {
+	ts, ec := startDockerServer(t)
+	c := dial(t, ts, gymclient.Options{})
+	ctx := t.Context()
+	calls, err := envs.ReferenceCalls(ec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	images := snapshotImages(t)
+	s, _, err := c.Reset(ctx, "calculator_api", gym.ResetRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Every reference call but the final mark_done.
+	for _, call := range calls[:len(calls)-1] {
+		res := act(t, s, call)
+		if ci := res.Info.Calls[0]; ci.ErrorClass != "" {
+			t.Fatalf("reference call %s: %s %s", ci.Name, ci.ErrorClass, ci.Error)
+		}
+	}
+	snap, err := s.Snapshot(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if snap.EnvID != "calculator_api" || snap.SessionID != s.ID() || snap.Steps != len(calls)-1 {
+		t.Fatalf("snapshot = %+v", snap)
+	}
+	forks, resets, err := c.Fork(ctx, snap.ID, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for i, f := range forks {
+		ids = append(ids, f.ID())
+		if r := resets[i]; r.ForkOf != snap.ID || r.Steps != snap.Steps || r.Actions != snap.Actions || sessionContainers(t, f.ID()) != 1 {
+			t.Fatalf("fork %d: reset %+v, %d containers", i, r, sessionContainers(t, f.ID()))
+		}
+	}
+	kept := act(t, forks[0], tc("", gym.ToolMarkDone, `{}`))
+	act(t, forks[1], tc("", gym.ToolExecuteCommand, `{"command":"rm app.py"}`))
+	broken := act(t, forks[1], tc("", gym.ToolMarkDone, `{}`))
+	if !kept.Terminated || kept.Reward != 1 || kept.Info.Step != snap.Steps+1 {
+		t.Errorf("fork with the solution: reward %v at step %d, want 1 at step %d", kept.Reward, kept.Info.Step, snap.Steps+1)
+	}
+	if !broken.Terminated || broken.Reward >= 1 || broken.Info.Evaluation == nil || broken.Info.Evaluation.Mask {
+		t.Errorf("fork without app.py: reward %v, evaluation %+v; want < 1, not masked", broken.Reward, broken.Info.Evaluation)
+	}
+	// The original is untouched by its forks.
+	if res := act(t, s, tc("", gym.ToolExecuteCommand, `{"command":"test -f app.py && echo present"}`)); !strings.Contains(res.Observation.Text, "present") {
+		t.Errorf("original session: %q", res.Observation.Text)
+	}
+	if n := snapshotImages(t); n != images+1 {
+		t.Errorf("%d snapshot images, want %d", n, images+1)
+	}
+	c.Close()
+	waitFor(t, "the connection's containers and snapshot image to be removed", 2*time.Minute, func() bool {
+		n := sessionContainers(t, s.ID())
+		for _, id := range ids {
+			n += sessionContainers(t, id)
+		}
+		return n == 0 && snapshotImages(t) == images
+	})
 }
 
 // TestDockerSIGTERMDrain runs the real binary, sends SIGTERM while a step

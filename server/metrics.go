@@ -12,6 +12,9 @@ type metrics struct {
 	connections prometheus.Gauge
 	step        *prometheus.HistogramVec
 	reset       *prometheus.HistogramVec
+	snapshots   prometheus.Gauge
+	snapshot    *prometheus.HistogramVec
+	fork        *prometheus.HistogramVec
 	requests    *prometheus.CounterVec
 	errors      *prometheus.CounterVec
 }
@@ -35,6 +38,15 @@ func newMetrics(containers func() float64) *metrics {
 		reset: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name: "gymserver_reset_seconds", Help: "Latency of successful resets (sandbox start), by environment.", Buckets: latencyBuckets,
 		}, []string{"env"}),
+		snapshots: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "gymserver_snapshots", Help: "Snapshots held by connections.",
+		}),
+		snapshot: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "gymserver_snapshot_seconds", Help: "Latency of successful snapshots, by environment.", Buckets: latencyBuckets,
+		}, []string{"env"}),
+		fork: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "gymserver_fork_seconds", Help: "Latency of each session started by fork (sandbox start from a snapshot), by environment.", Buckets: latencyBuckets,
+		}, []string{"env"}),
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "gymserver_requests_total", Help: "Requests received, by op.",
 		}, []string{"op"}),
@@ -42,7 +54,7 @@ func newMetrics(containers func() float64) *metrics {
 			Name: "gymserver_errors_total", Help: "Error responses, by code (gym error class).",
 		}, []string{"code"}),
 	}
-	m.reg.MustRegister(m.sessions, m.connections, m.step, m.reset, m.requests, m.errors,
+	m.reg.MustRegister(m.sessions, m.connections, m.step, m.reset, m.snapshots, m.snapshot, m.fork, m.requests, m.errors,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "gymserver_containers", Help: "Sandbox containers held by the server's sessions.",
 		}, containers),

@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -59,6 +60,8 @@ type Options struct {
 	MaxSessionsPerConn  int
 	MaxInflightPerConn  int
 	MaxConcurrentResets int
+	// MaxSnapshotsPerConn bounds the snapshots one connection holds.
+	MaxSnapshotsPerConn int
 	// ResetWait is how long a reset waits for a start slot.
 	ResetWait time.Duration
 	// IdleSessionTTL closes sessions without requests for this long.
@@ -79,6 +82,7 @@ const (
 	DefaultMaxSessionsPerConn  = 512
 	DefaultMaxInflightPerConn  = 4096
 	DefaultMaxConcurrentResets = 16
+	DefaultMaxSnapshotsPerConn = 64
 	DefaultResetWait           = 5 * time.Minute
 	DefaultIdleSessionTTL      = 30 * time.Minute
 	DefaultPingInterval        = 15 * time.Second
@@ -104,6 +108,7 @@ func (o *Options) setDefaults() {
 	setDefault(&o.MaxSessionsPerConn, DefaultMaxSessionsPerConn)
 	setDefault(&o.MaxInflightPerConn, DefaultMaxInflightPerConn)
 	setDefault(&o.MaxConcurrentResets, DefaultMaxConcurrentResets)
+	setDefault(&o.MaxSnapshotsPerConn, DefaultMaxSnapshotsPerConn)
 	setDefault(&o.ResetWait, DefaultResetWait)
 	setDefault(&o.IdleSessionTTL, DefaultIdleSessionTTL)
 	setDefault(&o.PingInterval, DefaultPingInterval)
@@ -133,6 +138,7 @@ func (o *Options) Validate() error {
 	positive("max sessions per connection", int64(o.MaxSessionsPerConn))
 	positive("max in-flight requests per connection", int64(o.MaxInflightPerConn))
 	positive("max concurrent resets", int64(o.MaxConcurrentResets))
+	positive("max snapshots per connection", int64(o.MaxSnapshotsPerConn))
 	positive("reset wait", int64(o.ResetWait))
 	positive("idle session ttl", int64(o.IdleSessionTTL))
 	positive("ping interval", int64(o.PingInterval))
@@ -152,6 +158,9 @@ type Server struct {
 	metrics *metrics
 	resets  *semaphore.Weighted
 	hello   wire.HelloResult
+	// forkers are the environments that support snapshots, by id; fork and
+	// drop_snapshot are routed through them.
+	forkers map[string]gym.Forker
 
 	// baseCtx is the parent of every request context; cancelled when a
 	// drain times out and at the end of Shutdown.
@@ -198,25 +207,34 @@ func New(o Options) (*Server, error) {
 		return float64(len(s.sessions))
 	}
 	s.metrics = newMetrics(containers)
+	s.forkers = forkers(o.Registry)
+	ops := wire.Ops()
+	caps := []string{wire.CapPipelining, wire.CapMultiSession, wire.CapMultiCall, wire.CapRawText, wire.CapEvaluate}
+	if len(s.forkers) > 0 {
+		caps = append(caps, wire.CapSnapshot)
+	} else {
+		ops = slices.DeleteFunc(ops, func(op string) bool { return slices.Contains(wire.SnapshotOps(), op) })
+	}
 	s.hello = wire.HelloResult{
 		Server:        "gymserver",
 		ServerVersion: o.Version,
 		Protocol:      wire.Version,
 		Subprotocol:   wire.Subprotocol,
 		Instance:      o.Instance,
-		Ops:           wire.Ops(),
+		Ops:           ops,
 		Parsers:       toolparse.Parsers(),
-		Capabilities:  []string{wire.CapPipelining, wire.CapMultiSession, wire.CapMultiCall, wire.CapRawText, wire.CapEvaluate},
+		Capabilities:  caps,
 		Limits: wire.Limits{
-			MaxFrameBytes:            o.MaxFrameBytes,
-			MaxSessions:              o.MaxSessions,
-			MaxSessionsPerConnection: o.MaxSessionsPerConn,
-			MaxInflightPerConnection: o.MaxInflightPerConn,
-			MaxConcurrentResets:      o.MaxConcurrentResets,
-			ResetWait:                o.ResetWait.Seconds(),
-			IdleSessionTTL:           o.IdleSessionTTL.Seconds(),
-			PingInterval:             o.PingInterval.Seconds(),
-			MaxDepth:                 wire.MaxDepth,
+			MaxFrameBytes:             o.MaxFrameBytes,
+			MaxSessions:               o.MaxSessions,
+			MaxSessionsPerConnection:  o.MaxSessionsPerConn,
+			MaxInflightPerConnection:  o.MaxInflightPerConn,
+			MaxConcurrentResets:       o.MaxConcurrentResets,
+			ResetWait:                 o.ResetWait.Seconds(),
+			IdleSessionTTL:            o.IdleSessionTTL.Seconds(),
+			PingInterval:              o.PingInterval.Seconds(),
+			MaxDepth:                  wire.MaxDepth,
+			MaxSnapshotsPerConnection: o.MaxSnapshotsPerConn,
 		},
 	}
 	s.bg.Add(1)
@@ -245,11 +263,47 @@ func (s *Server) healthz(w http.ResponseWriter, _ *http.Request) {
 	w.Write([]byte("ok\n"))
 }
 
+// forkers returns the environments of reg that support snapshots.
+func forkers(reg Registry) map[string]gym.Forker {
+	out := make(map[string]gym.Forker)
+	for _, spec := range reg.Specs() {
+		if env, err := reg.Lookup(spec.ID); err == nil {
+			if f, ok := env.(gym.Forker); ok {
+				out[spec.ID] = f
+			}
+		}
+	}
+	return out
+}
+
+// envSpecs returns the environments' specs in wire form, with their
+// snapshot support.
+func (s *Server) envSpecs() []wire.EnvSpec {
+	specs := s.opts.Registry.Specs()
+	out := make([]wire.EnvSpec, len(specs))
+	for i, spec := range specs {
+		out[i] = wire.FromEnvSpec(spec)
+		_, out[i].Snapshot = s.forkers[spec.ID]
+	}
+	return out
+}
+
 func (s *Server) envsJSON(w http.ResponseWriter, _ *http.Request) {
+	// envJSON is gym.EnvSpec plus the wire-only snapshot flag.
+	type envJSON struct {
+		gym.EnvSpec
+		Snapshot bool `json:"snapshot,omitempty"`
+	}
+	specs := s.opts.Registry.Specs()
+	out := make([]envJSON, len(specs))
+	for i, spec := range specs {
+		_, ok := s.forkers[spec.ID]
+		out[i] = envJSON{EnvSpec: spec, Snapshot: ok}
+	}
 	w.Header().Set("Content-Type", "application/json")
 	json.NewEncoder(w).Encode(struct {
-		Envs []gym.EnvSpec `json:"envs"`
-	}{s.opts.Registry.Specs()})
+		Envs []envJSON `json:"envs"`
+	}{out})
 }
 
 // authenticate refuses requests without the bearer token, when there is one.
@@ -432,21 +486,26 @@ func loopback(addr string) bool {
 	return ip != nil && ip.IsLoopback()
 }
 
-// reserve claims a session slot on the server; release gives it back.
-func (s *Server) reserve() error {
+// reserve claims n session slots on the server, all or none; release
+// gives them back.
+func (s *Server) reserve(n int) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.reserved >= s.opts.MaxSessions {
+	if n > s.opts.MaxSessions-s.reserved {
+		if n == 1 {
+			return errorf(gym.ClassResourceExhausted, wire.ReasonMaxSessions,
+				"server has %d sessions, the maximum (--max-sessions); close sessions first", s.opts.MaxSessions)
+		}
 		return errorf(gym.ClassResourceExhausted, wire.ReasonMaxSessions,
-			"server has %d sessions, the maximum (--max-sessions); close sessions first", s.opts.MaxSessions)
+			"%d new sessions do not fit: server has %d of at most %d sessions (--max-sessions)", n, s.reserved, s.opts.MaxSessions)
 	}
-	s.reserved++
+	s.reserved += n
 	return nil
 }
 
-func (s *Server) release() {
+func (s *Server) release(n int) {
 	s.mu.Lock()
-	s.reserved--
+	s.reserved -= n
 	s.mu.Unlock()
 }
 

@@ -394,13 +394,51 @@ func (c *Client) Reset(ctx context.Context, env string, req gym.ResetRequest) (*
 	return &Session{c: c, id: res.SessionID}, wire.ToReset(res), nil
 }
 
-// Env is a remote environment; it implements gym.Env.
+// Fork starts n sessions (n < 1 means 1) from a snapshot this connection
+// took, and returns them with their initial observations (whose ForkOf,
+// Steps and Actions say where they continue from). It is all or nothing:
+// on error no session was kept. Errors: gym.ErrNotFound for a snapshot
+// the connection does not hold, gym.ErrResourceExhausted when n sessions
+// do not fit the server's limits.
+func (c *Client) Fork(ctx context.Context, snapshotID string, n int) ([]*Session, []gym.Reset, error) {
+	if n < 1 {
+		n = 1
+	}
+	var res wire.ForkResult
+	if err := c.Do(ctx, wire.Request{Op: wire.OpFork, Snapshot: snapshotID, N: n}, &res); err != nil {
+		return nil, nil, fmt.Errorf("snapshot %s: %w", snapshotID, err)
+	}
+	sessions := make([]*Session, len(res.Sessions))
+	resets := make([]gym.Reset, len(res.Sessions))
+	for i, r := range res.Sessions {
+		sessions[i] = &Session{c: c, id: r.SessionID}
+		resets[i] = wire.ToReset(r)
+	}
+	return sessions, resets, nil
+}
+
+// DropSnapshot deletes a snapshot this connection took; sessions forked
+// from it go on. Errors: gym.ErrNotFound for a snapshot the connection
+// does not hold. Closing the client drops its snapshots too.
+func (c *Client) DropSnapshot(ctx context.Context, snapshotID string) error {
+	if err := c.Do(ctx, wire.Request{Op: wire.OpDropSnapshot, Snapshot: snapshotID}, nil); err != nil {
+		return fmt.Errorf("snapshot %s: %w", snapshotID, err)
+	}
+	return nil
+}
+
+// Env is a remote environment; it implements gym.Env and gym.Forker (the
+// server says whether the environment supports snapshots: see
+// wire.EnvSpec.Snapshot and the hello capability "snapshot").
 type Env struct {
 	c    *Client
 	spec gym.EnvSpec
 }
 
-var _ gym.Env = (*Env)(nil)
+var (
+	_ gym.Env    = (*Env)(nil)
+	_ gym.Forker = (*Env)(nil)
+)
 
 // Spec describes the environment, as the server reported it.
 func (e *Env) Spec() gym.EnvSpec { return e.spec }
@@ -414,6 +452,25 @@ func (e *Env) Reset(ctx context.Context, req gym.ResetRequest) (gym.Session, gym
 	return s, r, nil
 }
 
+// Fork starts one session from a snapshot taken on the same connection.
+// The server routes it by the snapshot id, to the environment the snapshot
+// belongs to.
+func (e *Env) Fork(ctx context.Context, snapshotID string) (gym.Session, gym.Reset, error) {
+	ss, rs, err := e.c.Fork(ctx, snapshotID, 1)
+	if err != nil {
+		return nil, gym.Reset{}, err
+	}
+	if len(ss) != 1 {
+		return nil, gym.Reset{}, fmt.Errorf("snapshot %s: fork: server started %d sessions, want 1: %w", snapshotID, len(ss), gym.ErrInternal)
+	}
+	return ss[0], rs[0], nil
+}
+
+// DropSnapshot deletes a snapshot taken on the same connection.
+func (e *Env) DropSnapshot(ctx context.Context, snapshotID string) error {
+	return e.c.DropSnapshot(ctx, snapshotID)
+}
+
 // Session is a remote session; it implements gym.Session. Its methods may
 // be called concurrently; the server runs them one at a time in the order
 // it receives them (Close excepted: it stops a running step).
@@ -422,7 +479,10 @@ type Session struct {
 	id string
 }
 
-var _ gym.Session = (*Session)(nil)
+var (
+	_ gym.Session     = (*Session)(nil)
+	_ gym.Snapshotter = (*Session)(nil)
+)
 
 // ID returns the session id.
 func (s *Session) ID() string { return s.id }
@@ -458,6 +518,20 @@ func (s *Session) Evaluate(ctx context.Context) (gym.Evaluation, error) {
 		return gym.Evaluation{}, fmt.Errorf("session %s: %w", s.id, err)
 	}
 	return wire.ToEvaluation(ev), nil
+}
+
+// Snapshot saves the session's state on the server, after the requests
+// sent before it. The snapshot belongs to the client's connection: fork it
+// with Client.Fork, and it is dropped when the connection closes. Errors:
+// gym.ErrEpisodeDone once the episode ended, gym.ErrInvalidArgument
+// (reason unsupported) when the environment has no snapshots,
+// gym.ErrResourceExhausted at the connection's snapshot limit.
+func (s *Session) Snapshot(ctx context.Context) (gym.Snapshot, error) {
+	var res wire.SnapshotResult
+	if err := s.c.Do(ctx, wire.Request{Op: wire.OpSnapshot, Session: s.id}, &res); err != nil {
+		return gym.Snapshot{}, fmt.Errorf("session %s: %w", s.id, err)
+	}
+	return wire.ToSnapshot(res.Snapshot), nil
 }
 
 // Close ends the episode, removes the sandbox and returns the final result.

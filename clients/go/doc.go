@@ -10,6 +10,11 @@
 //	c, err := gymclient.Dial(ctx, "ws://127.0.0.1:8080/v1/ws", gymclient.Options{Token: tok})
 //	reg, err := c.Registry(ctx) // a *gym.Registry of remote environments
 //
+// Snapshots: a remote Session implements gym.Snapshotter and a remote Env
+// gym.Forker; Client.Fork starts several sessions from one snapshot in one
+// request. Snapshots belong to the connection that took them and are
+// dropped when it closes.
+//
 // Errors from the server keep their class: gym.ClassOf and errors.Is with
 // the gym sentinels work on them, and errors.As gives the *Error with the
 // wire code, reason and mask hint. A lost connection fails every pending

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"sort"
 	"strconv"
 	"strings"
@@ -33,20 +34,34 @@ type Env struct {
 	tasks      []Task
 	maxActions int
 	resetHook  func(context.Context, gym.ResetRequest) error
+	forkHook   func(ctx context.Context, snapshotID string) error
 
-	nextID atomic.Int64
+	nextID   atomic.Int64
+	nextSnap atomic.Int64
 	// mu guards the fields below.
 	mu   sync.Mutex
 	open map[string]*Session
 	// resets counts successful resets.
 	resets int
+	// snapshots holds the saved states by snapshot id.
+	snapshots map[string]savedState
 }
 
-var _ gym.Env = (*Env)(nil)
+// savedState is what a snapshot keeps of a session.
+type savedState struct {
+	snap  gym.Snapshot
+	task  Task
+	files map[string]string
+}
+
+var (
+	_ gym.Env    = (*Env)(nil)
+	_ gym.Forker = (*Env)(nil)
+)
 
 // NewEnv returns an environment with the given id and tasks.
 func NewEnv(id string, tasks ...Task) *Env {
-	return &Env{id: id, tasks: tasks, open: make(map[string]*Session)}
+	return &Env{id: id, tasks: tasks, open: make(map[string]*Session), snapshots: make(map[string]savedState)}
 }
 
 // SetMaxActions sets the number of tool calls after which episodes are
@@ -61,6 +76,14 @@ func (e *Env) SetMaxActions(n int) *Env {
 // Reset. It returns e.
 func (e *Env) SetResetHook(hook func(context.Context, gym.ResetRequest) error) *Env {
 	e.resetHook = hook
+	return e
+}
+
+// SetForkHook makes every Fork call hook first and fail with its error, if
+// any; tests use it to block or fail forks. Call it before the first Fork.
+// It returns e.
+func (e *Env) SetForkHook(hook func(ctx context.Context, snapshotID string) error) *Env {
+	e.forkHook = hook
 	return e
 }
 
@@ -122,31 +145,91 @@ func (e *Env) Reset(ctx context.Context, req gym.ResetRequest) (gym.Session, gym
 	if task == nil {
 		return nil, gym.Reset{}, fmt.Errorf("env %s: task %q: %w", e.id, req.Task, gym.ErrNotFound)
 	}
-	s := &Session{
-		env:   e,
-		id:    fmt.Sprintf("%s-%d", e.id, e.nextID.Add(1)),
-		task:  *task,
-		files: make(map[string]string),
-		start: time.Now(),
-	}
+	s := e.newSession(*task, make(map[string]string), time.Now())
 	e.mu.Lock()
 	e.open[s.id] = s
 	e.resets++
 	e.mu.Unlock()
-	r := gym.Reset{
+	return s, s.initial(), nil
+}
+
+// newSession returns a session of task with files, whose clock started at
+// start.
+func (e *Env) newSession(task Task, files map[string]string, start time.Time) *Session {
+	return &Session{
+		env:   e,
+		id:    fmt.Sprintf("%s-%d", e.id, e.nextID.Add(1)),
+		task:  task,
+		files: files,
+		start: start,
+	}
+}
+
+// initial returns the initial observation of s.
+func (s *Session) initial() gym.Reset {
+	return gym.Reset{
 		SessionID:    s.id,
-		EnvID:        e.id,
-		TaskID:       task.ID,
+		EnvID:        s.env.id,
+		TaskID:       s.task.ID,
 		SystemPrompt: SystemPrompt,
-		Prompt:       task.Prompt,
+		Prompt:       s.task.Prompt,
 		Tools:        gym.StandardTools(),
 		Messages: []gym.Message{
 			{Role: gym.RoleSystem, Content: SystemPrompt},
-			{Role: gym.RoleUser, Content: task.Prompt},
+			{Role: gym.RoleUser, Content: s.task.Prompt},
 		},
-		Limits: gym.EpisodeLimits{MaxActions: e.maxActions},
+		Limits: gym.EpisodeLimits{MaxActions: s.env.maxActions},
 	}
+}
+
+// Snapshots returns the ids of the snapshots not dropped yet, sorted.
+func (e *Env) Snapshots() []string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	ids := make([]string, 0, len(e.snapshots))
+	for id := range e.snapshots {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	return ids
+}
+
+// Fork starts a session from a snapshot: a copy of its files, its step and
+// action counts, and a clock that counts the snapshot's elapsed time.
+func (e *Env) Fork(ctx context.Context, snapshotID string) (gym.Session, gym.Reset, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, gym.Reset{}, fmt.Errorf("env %s: fork %s: %w", e.id, snapshotID, err)
+	}
+	if e.forkHook != nil {
+		if err := e.forkHook(ctx, snapshotID); err != nil {
+			return nil, gym.Reset{}, fmt.Errorf("env %s: fork %s: %w", e.id, snapshotID, err)
+		}
+	}
+	e.mu.Lock()
+	saved, ok := e.snapshots[snapshotID]
+	e.mu.Unlock()
+	if !ok {
+		return nil, gym.Reset{}, fmt.Errorf("env %s: snapshot %q: %w", e.id, snapshotID, gym.ErrNotFound)
+	}
+	s := e.newSession(saved.task, maps.Clone(saved.files), time.Now().Add(-time.Duration(saved.snap.Elapsed)))
+	s.steps, s.actions = saved.snap.Steps, saved.snap.Actions
+	e.mu.Lock()
+	e.open[s.id] = s
+	e.mu.Unlock()
+	r := s.initial()
+	r.ForkOf, r.Steps, r.Actions = snapshotID, s.steps, s.actions
 	return s, r, nil
+}
+
+// DropSnapshot deletes a snapshot; sessions forked from it go on.
+func (e *Env) DropSnapshot(ctx context.Context, snapshotID string) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if _, ok := e.snapshots[snapshotID]; !ok {
+		return fmt.Errorf("env %s: snapshot %q: %w", e.id, snapshotID, gym.ErrNotFound)
+	}
+	delete(e.snapshots, snapshotID)
+	return nil
 }
 
 // Session is one in-memory episode.
@@ -176,7 +259,10 @@ type Session struct {
 	result    gym.Result
 }
 
-var _ gym.Session = (*Session)(nil)
+var (
+	_ gym.Session     = (*Session)(nil)
+	_ gym.Snapshotter = (*Session)(nil)
+)
 
 // ID returns the session id.
 func (s *Session) ID() string { return s.id }
@@ -420,6 +506,40 @@ func (s *Session) evaluate() gym.Evaluation {
 	ev.Duration = gym.Duration(time.Since(start))
 	s.eval = &ev
 	return ev
+}
+
+// Snapshot saves a copy of the session's files, its counts and its
+// elapsed time.
+func (s *Session) Snapshot(ctx context.Context) (gym.Snapshot, error) {
+	s.cancelMu.Lock()
+	closing := s.closing
+	s.cancelMu.Unlock()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if closing || s.closed {
+		return gym.Snapshot{}, fmt.Errorf("session %s: snapshot: session closed: %w", s.id, gym.ErrEpisodeDone)
+	}
+	if s.done {
+		return gym.Snapshot{}, fmt.Errorf("session %s: snapshot: episode ended (%s): %w", s.id, s.reason, gym.ErrEpisodeDone)
+	}
+	if err := ctx.Err(); err != nil {
+		return gym.Snapshot{}, fmt.Errorf("session %s: snapshot: %w", s.id, err)
+	}
+	now := time.Now()
+	snap := gym.Snapshot{
+		ID:        fmt.Sprintf("%s-snap-%d", s.env.id, s.env.nextSnap.Add(1)),
+		EnvID:     s.env.id,
+		TaskID:    s.task.ID,
+		SessionID: s.id,
+		Steps:     s.steps,
+		Actions:   s.actions,
+		Elapsed:   gym.Duration(now.Sub(s.start)),
+		Created:   now,
+	}
+	s.env.mu.Lock()
+	s.env.snapshots[snap.ID] = savedState{snap: snap, task: s.task, files: maps.Clone(s.files)}
+	s.env.mu.Unlock()
+	return snap, nil
 }
 
 // Evaluate ends the episode if needed and evaluates it once.

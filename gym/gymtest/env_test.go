@@ -241,3 +241,77 @@ func TestResetHookAndCrash(t *testing.T) {
 		t.Errorf("crash step = %+v", res)
 	}
 }
+
+func TestSnapshotAndFork(t *testing.T) {
+	env := newEnv()
+	ctx := t.Context()
+	s, _, err := env.Reset(ctx, gym.ResetRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close(context.Background())
+	if _, err := s.Step(ctx, gym.Action{ToolCalls: []gym.ToolCall{call("w", gym.ToolWriteFile, `{"filepath":"a.txt","content":"hello"}`)}}); err != nil {
+		t.Fatal(err)
+	}
+	snap, err := s.(gym.Snapshotter).Snapshot(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if snap.EnvID != "mem" || snap.TaskID != "t1" || snap.SessionID != s.ID() || snap.Steps != 1 || snap.Actions != 1 || snap.Created.IsZero() {
+		t.Errorf("snapshot = %+v", snap)
+	}
+	if got := env.Snapshots(); !cmp.Equal(got, []string{snap.ID}) {
+		t.Errorf("snapshots = %v", got)
+	}
+	// The original goes on; the fork sees the files as they were.
+	if _, err := s.Step(ctx, gym.Action{ToolCalls: []gym.ToolCall{call("w", gym.ToolWriteFile, `{"filepath":"a.txt","content":"changed"}`)}}); err != nil {
+		t.Fatal(err)
+	}
+	before := time.Now()
+	f, r, err := env.Fork(ctx, snap.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	after := time.Now()
+	defer f.Close(context.Background())
+	if r.ForkOf != snap.ID || r.Steps != 1 || r.Actions != 1 || r.TaskID != "t1" || r.SessionID == s.ID() || r.SessionID != f.ID() {
+		t.Errorf("fork reset = %+v", r)
+	}
+	res, err := f.Step(ctx, gym.Action{ToolCalls: []gym.ToolCall{
+		call("c", gym.ToolExecuteCommand, `{"command":"cat a.txt"}`),
+		call("w", gym.ToolWriteFile, `{"filepath":"b.txt","content":"world"}`),
+		call("d", gym.ToolMarkDone, `{}`),
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Observation.Messages[0].Content != "hello" || res.Info.Step != 2 || res.Info.Actions != 4 || res.Reward != 1 {
+		t.Errorf("fork step = %+v", res)
+	}
+	fin, err := f.Close(ctx)
+	if err != nil || fin.Steps != 2 {
+		t.Errorf("fork result = %+v %v; want 2 steps", fin, err)
+	}
+	// The fork's clock counts the time the snapshot had used.
+	if forked := fin.StartTime.Add(time.Duration(snap.Elapsed)); forked.Before(before) || forked.After(after) {
+		t.Errorf("fork started %v + elapsed %v, want within the Fork call [%v, %v]", fin.StartTime, snap.Elapsed, before, after)
+	}
+	// After the end no snapshot; unknown and dropped snapshots are not found.
+	if _, err := f.(gym.Snapshotter).Snapshot(ctx); !errors.Is(err, gym.ErrEpisodeDone) {
+		t.Errorf("snapshot after the end: %v, want ErrEpisodeDone", err)
+	}
+	if err := env.DropSnapshot(ctx, snap.ID); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{snap.ID, "nope"} {
+		if _, _, err := env.Fork(ctx, id); !errors.Is(err, gym.ErrNotFound) {
+			t.Errorf("fork %s: %v, want ErrNotFound", id, err)
+		}
+		if err := env.DropSnapshot(ctx, id); !errors.Is(err, gym.ErrNotFound) {
+			t.Errorf("drop %s: %v, want ErrNotFound", id, err)
+		}
+	}
+	if got := env.Snapshots(); len(got) != 0 {
+		t.Errorf("snapshots after drop = %v", got)
+	}
+}

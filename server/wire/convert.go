@@ -164,6 +164,9 @@ func FromReset(r gym.Reset) ResetResult {
 			GlobalTimeout:  seconds(r.Limits.GlobalTimeout),
 			CommandTimeout: seconds(r.Limits.CommandTimeout),
 		},
+		ForkOf:  r.ForkOf,
+		Steps:   r.Steps,
+		Actions: r.Actions,
 	}
 }
 
@@ -182,6 +185,9 @@ func ToReset(r ResetResult) gym.Reset {
 			GlobalTimeout:  duration(r.Limits.GlobalTimeout),
 			CommandTimeout: duration(r.Limits.CommandTimeout),
 		},
+		ForkOf:  r.ForkOf,
+		Steps:   r.Steps,
+		Actions: r.Actions,
 	}
 }
 
@@ -351,4 +357,32 @@ func ToResult(r Result) gym.Result {
 		out.Evaluation = &ev
 	}
 	return out
+}
+
+// FromSnapshot converts a snapshot description.
+func FromSnapshot(s gym.Snapshot) Snapshot {
+	return Snapshot{
+		ID:        s.ID,
+		Env:       s.EnvID,
+		Task:      s.TaskID,
+		SessionID: s.SessionID,
+		Steps:     s.Steps,
+		Actions:   s.Actions,
+		Elapsed:   seconds(s.Elapsed),
+		Created:   unix(s.Created),
+	}
+}
+
+// ToSnapshot converts a snapshot description.
+func ToSnapshot(s Snapshot) gym.Snapshot {
+	return gym.Snapshot{
+		ID:        s.ID,
+		EnvID:     s.Env,
+		TaskID:    s.Task,
+		SessionID: s.SessionID,
+		Steps:     s.Steps,
+		Actions:   s.Actions,
+		Elapsed:   duration(s.Elapsed),
+		Created:   fromUnix(s.Created),
+	}
 }

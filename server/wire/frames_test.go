@@ -54,18 +54,24 @@ func exampleFrames() []frame {
 		Messages: []gym.Message{{Role: gym.RoleSystem, Content: "You are an agent."}, {Role: gym.RoleUser, Content: "Write hello to a.txt."}},
 		Limits:   gym.EpisodeLimits{MaxActions: 50, GlobalTimeout: gym.Duration(30 * time.Minute), CommandTimeout: gym.Duration(2 * time.Minute)},
 	}
+	snap := gym.Snapshot{ID: "mem-snap-1", EnvID: "mem", TaskID: "hello", SessionID: "mem-1", Steps: 1, Actions: 1,
+		Elapsed: gym.Duration(1500 * time.Millisecond), Created: start.Add(1500 * time.Millisecond)}
+	fork1, fork2 := reset, reset
+	fork1.SessionID, fork1.ForkOf, fork1.Steps, fork1.Actions = "mem-2", snap.ID, snap.Steps, snap.Actions
+	fork2.SessionID, fork2.ForkOf, fork2.Steps, fork2.Actions = "mem-3", snap.ID, snap.Steps, snap.Actions
 	return []frame{
 		{"hello_request", wire.Request{ID: 1, Op: wire.OpHello, Client: "example/1"}},
 		{"hello_response", wire.Response{ID: 1, OK: true, Result: wire.HelloResult{
 			Server: "gymserver", ServerVersion: "dev", Protocol: wire.Version, Subprotocol: wire.Subprotocol, Instance: "3f9c2a",
 			Ops: wire.Ops(), Parsers: []string{"hermes", "json", "react"},
-			Capabilities: []string{wire.CapPipelining, wire.CapMultiSession, wire.CapMultiCall, wire.CapRawText, wire.CapEvaluate},
+			Capabilities: []string{wire.CapPipelining, wire.CapMultiSession, wire.CapMultiCall, wire.CapRawText, wire.CapEvaluate, wire.CapSnapshot},
 			Limits: wire.Limits{MaxFrameBytes: wire.DefaultMaxFrameBytes, MaxSessions: 1024, MaxSessionsPerConnection: 512,
-				MaxInflightPerConnection: 4096, MaxConcurrentResets: 16, ResetWait: 300, IdleSessionTTL: 1800, PingInterval: 15, MaxDepth: wire.MaxDepth},
+				MaxInflightPerConnection: 4096, MaxConcurrentResets: 16, ResetWait: 300, IdleSessionTTL: 1800, PingInterval: 15, MaxDepth: wire.MaxDepth,
+				MaxSnapshotsPerConnection: 64},
 		}}},
 		{"envs_request", wire.Request{ID: 2, Op: wire.OpEnvs}},
 		{"envs_response", wire.Response{ID: 2, OK: true, Result: wire.EnvsResult{Envs: []wire.EnvSpec{{
-			ID: "mem", Description: "in-memory", Tasks: []wire.TaskSpec{{ID: "hello", Prompt: "Write hello to a.txt.", TestCommands: 1, HasReference: true}}, Tools: tools,
+			ID: "mem", Description: "in-memory", Tasks: []wire.TaskSpec{{ID: "hello", Prompt: "Write hello to a.txt.", TestCommands: 1, HasReference: true}}, Tools: tools, Snapshot: true,
 		}}}}},
 		{"reset_request", wire.Request{ID: 3, Op: wire.OpReset, Env: "mem", Task: "hello", Seed: ptr(int64(7)), Options: map[string]any{"difficulty": "easy"}}},
 		{"reset_response", wire.Response{ID: 3, OK: true, Result: wire.FromReset(reset)}},
@@ -83,5 +89,15 @@ func exampleFrames() []frame {
 			AgentDone: true, Evaluation: &ev, StartTime: start, EndTime: start.Add(1500 * time.Millisecond),
 		})}},
 		{"error_response", wire.Response{ID: 8, Error: &wire.Error{Code: "episode_done", Reason: wire.ReasonSessionClosed, Message: "session mem-1: closed"}}},
+		{"snapshot_request", wire.Request{ID: 9, Op: wire.OpSnapshot, Session: "mem-1"}},
+		{"snapshot_response", wire.Response{ID: 9, OK: true, Result: wire.SnapshotResult{Snapshot: wire.FromSnapshot(snap)}}},
+		{"fork_request", wire.Request{ID: 10, Op: wire.OpFork, Snapshot: snap.ID, N: 2}},
+		{"fork_response", wire.Response{ID: 10, OK: true, Result: wire.ForkResult{Sessions: []wire.ResetResult{wire.FromReset(fork1), wire.FromReset(fork2)}}}},
+		{"fork_error_response", wire.Response{ID: 10, Error: &wire.Error{Code: "resource_exhausted", Reason: wire.ReasonMaxConnectionSessions,
+			Message: "fork mem-snap-1: 2 new sessions do not fit: connection has 511 of at most 512 sessions (max_sessions_per_connection)"}}},
+		{"drop_snapshot_request", wire.Request{ID: 11, Op: wire.OpDropSnapshot, Snapshot: snap.ID}},
+		{"drop_snapshot_response", wire.Response{ID: 11, OK: true, Result: wire.DropSnapshotResult{Snapshot: snap.ID}}},
+		{"unknown_snapshot_response", wire.Response{ID: 12, Error: &wire.Error{Code: "not_found", Reason: wire.ReasonUnknownSnapshot,
+			Message: `snapshot "mem-snap-1" is not held by this connection`}}},
 	}
 }

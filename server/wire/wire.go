@@ -23,11 +23,22 @@ const (
 	OpStep     = "step"
 	OpEvaluate = "evaluate"
 	OpClose    = "close"
+	// OpSnapshot, OpFork and OpDropSnapshot save a session's state and
+	// start sessions from it; a server lists them in hello only when one
+	// of its environments supports snapshots (CapSnapshot).
+	OpSnapshot     = "snapshot"
+	OpFork         = "fork"
+	OpDropSnapshot = "drop_snapshot"
 )
 
 // Ops returns the ops of version 1, in the order PROTOCOL.md lists them.
 func Ops() []string {
-	return []string{OpHello, OpEnvs, OpReset, OpStep, OpEvaluate, OpClose}
+	return []string{OpHello, OpEnvs, OpReset, OpStep, OpEvaluate, OpClose, OpSnapshot, OpFork, OpDropSnapshot}
+}
+
+// SnapshotOps returns the ops that exist only with CapSnapshot.
+func SnapshotOps() []string {
+	return []string{OpSnapshot, OpFork, OpDropSnapshot}
 }
 
 // The capabilities a server may announce in HelloResult.Capabilities.
@@ -37,6 +48,9 @@ const (
 	CapMultiCall    = "multi_call"
 	CapRawText      = "raw_text"
 	CapEvaluate     = "evaluate"
+	// CapSnapshot: at least one environment supports snapshot and fork
+	// (see EnvSpec.Snapshot for which).
+	CapSnapshot = "snapshot"
 )
 
 // Reasons refine an error code for conditions the server detects itself.
@@ -56,6 +70,9 @@ const (
 	ReasonMaxInflight           = "max_inflight"
 	ReasonResetWait             = "reset_wait"
 	ReasonDraining              = "draining"
+	ReasonUnsupported           = "unsupported"
+	ReasonUnknownSnapshot       = "unknown_snapshot"
+	ReasonMaxSnapshots          = "max_connection_snapshots"
 )
 
 // Request is a request frame. It is the union of the fields of every op;
@@ -83,6 +100,11 @@ type Request struct {
 	Text *string `msgpack:"text,omitempty"`
 	// Parser names the raw-text parser: hermes, json or react.
 	Parser string `msgpack:"parser,omitempty"`
+
+	// Snapshot is the snapshot a request applies to (fork, drop_snapshot).
+	Snapshot string `msgpack:"snapshot,omitempty"`
+	// N is the number of sessions to fork; 0 means 1.
+	N int `msgpack:"n,omitempty"`
 }
 
 // Response is a response frame: Result when OK, Error otherwise.
@@ -131,6 +153,8 @@ type Limits struct {
 	IdleSessionTTL           float64 `msgpack:"idle_session_ttl"`
 	PingInterval             float64 `msgpack:"ping_interval"`
 	MaxDepth                 int     `msgpack:"max_depth"`
+	// MaxSnapshotsPerConnection bounds the snapshots one connection holds.
+	MaxSnapshotsPerConnection int `msgpack:"max_snapshots_per_connection"`
 }
 
 // EnvsResult is the result of envs.
@@ -144,6 +168,9 @@ type EnvSpec struct {
 	Description string     `msgpack:"description,omitempty"`
 	Tasks       []TaskSpec `msgpack:"tasks"`
 	Tools       []Tool     `msgpack:"tools"`
+	// Snapshot is true when the environment's sessions support snapshot
+	// and fork.
+	Snapshot bool `msgpack:"snapshot,omitempty"`
 }
 
 // TaskSpec describes a task.
@@ -192,6 +219,12 @@ type ResetResult struct {
 	Tools        []Tool        `msgpack:"tools"`
 	Messages     []Message     `msgpack:"messages"`
 	Limits       EpisodeLimits `msgpack:"limits"`
+	// ForkOf is the snapshot a forked session started from; Steps and
+	// Actions are the counts it continues from. All three are omitted for
+	// a reset.
+	ForkOf  string `msgpack:"fork_of,omitempty"`
+	Steps   int    `msgpack:"steps,omitempty"`
+	Actions int    `msgpack:"actions,omitempty"`
 }
 
 // EpisodeLimits are the bounds of an episode; durations in seconds.
@@ -313,4 +346,32 @@ type Result struct {
 	Evaluation        *Evaluation `msgpack:"evaluation"`
 	StartTime         float64     `msgpack:"start_time"`
 	EndTime           float64     `msgpack:"end_time"`
+}
+
+// Snapshot describes a saved session state: the result of snapshot.
+// Elapsed is in seconds, Created in Unix seconds.
+type Snapshot struct {
+	ID        string  `msgpack:"id"`
+	Env       string  `msgpack:"env"`
+	Task      string  `msgpack:"task"`
+	SessionID string  `msgpack:"session_id"`
+	Steps     int     `msgpack:"steps"`
+	Actions   int     `msgpack:"actions"`
+	Elapsed   float64 `msgpack:"elapsed"`
+	Created   float64 `msgpack:"created"`
+}
+
+// SnapshotResult is the result of snapshot.
+type SnapshotResult struct {
+	Snapshot Snapshot `msgpack:"snapshot"`
+}
+
+// ForkResult is the result of fork: one reset result per new session.
+type ForkResult struct {
+	Sessions []ResetResult `msgpack:"sessions"`
+}
+
+// DropSnapshotResult is the result of drop_snapshot: the dropped id.
+type DropSnapshotResult struct {
+	Snapshot string `msgpack:"snapshot"`
 }

@@ -134,6 +134,27 @@ func TestConversionsRoundTrip(t *testing.T) {
 				if d := cmp.Diff(want, wire.FromReset(wire.ToReset(got))); d != "" {
 					t.Errorf("(-want +got):\n%s", d)
 				}
+			case wire.SnapshotResult:
+				var got wire.SnapshotResult
+				if err := wire.DecodeResult(raw.Result, &got); err != nil {
+					t.Fatal(err)
+				}
+				if d := cmp.Diff(want.Snapshot, wire.FromSnapshot(wire.ToSnapshot(got.Snapshot))); d != "" {
+					t.Errorf("(-want +got):\n%s", d)
+				}
+			case wire.ForkResult:
+				var got wire.ForkResult
+				if err := wire.DecodeResult(raw.Result, &got); err != nil {
+					t.Fatal(err)
+				}
+				if len(got.Sessions) != len(want.Sessions) {
+					t.Fatalf("%d sessions, want %d", len(got.Sessions), len(want.Sessions))
+				}
+				for i, r := range got.Sessions {
+					if d := cmp.Diff(want.Sessions[i], wire.FromReset(wire.ToReset(r))); d != "" {
+						t.Errorf("session %d (-want +got):\n%s", i, d)
+					}
+				}
 			case wire.Result:
 				var got wire.Result
 				if err := wire.DecodeResult(raw.Result, &got); err != nil {
@@ -191,6 +212,8 @@ func TestDecodeWrongTypes(t *testing.T) {
 		{"tool_calls_string", map[string]any{"id": 1, "op": "step", "tool_calls": "echo"}},
 		{"arguments_number", map[string]any{"id": 1, "op": "step", "tool_calls": []any{map[string]any{"function": map[string]any{"name": "x", "arguments": 5}}}}},
 		{"options_list", map[string]any{"id": 1, "op": "reset", "options": []any{1}}},
+		{"n_string", map[string]any{"id": 1, "op": "fork", "snapshot": "s", "n": "3"}},
+		{"snapshot_map", map[string]any{"id": 1, "op": "drop_snapshot", "snapshot": map[string]any{"id": "s"}}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			f := must(msgpack.Marshal(tt.v))
@@ -244,6 +267,10 @@ func FuzzDecode(f *testing.F) {
 	f.Add([]byte{0x80})
 	f.Add([]byte{0xdf, 0xff, 0xff, 0xff, 0xff})
 	f.Add(append(bytes.Repeat([]byte{0x91}, 100), 0xc0))
+	// Snapshot frames with odd values: a negative and a huge n, an empty id.
+	f.Add(must(msgpack.Marshal(map[string]any{"id": 1, "op": "fork", "snapshot": "s", "n": -1})))
+	f.Add(must(msgpack.Marshal(map[string]any{"id": 2, "op": "fork", "snapshot": "s", "n": uint64(1) << 63})))
+	f.Add(must(msgpack.Marshal(map[string]any{"id": 3, "op": "snapshot", "session": ""})))
 	f.Fuzz(func(t *testing.T, frame []byte) {
 		wire.PeekID(frame)
 		var req wire.Request
@@ -263,6 +290,10 @@ func FuzzDecode(f *testing.F) {
 		if err := wire.Decode(frame, &resp); err == nil && resp.OK && len(resp.Result) > 0 {
 			var sr wire.StepResult
 			wire.DecodeResult(resp.Result, &sr)
+			var fr wire.ForkResult
+			wire.DecodeResult(resp.Result, &fr)
+			var snr wire.SnapshotResult
+			wire.DecodeResult(resp.Result, &snr)
 		}
 	})
 }
