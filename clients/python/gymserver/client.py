@@ -156,6 +156,21 @@ class AsyncSession:
         self.done = True
         return Evaluation.from_wire(res)
 
+    async def snapshot(self, *, timeout: Optional[float] = _NOT_SET) -> Dict[str, Any]:
+        """snapshot saves the session's state while its episode runs (PROTOCOL.md §4.8).
+
+        It returns the snapshot map (``id``, ``env``, ``task``,
+        ``session_id``, ``steps``, ``actions``, ``elapsed``, ``created``);
+        pass it or its ``id`` to :meth:`AsyncClient.fork`. The sandbox's
+        files are saved, running processes are not. Forks made on this
+        client start with this session's transcript as it is now. Raises
+        :class:`~gymserver.errors.EpisodeDone` once the episode has ended.
+        """
+        res = await self._client.request("snapshot", timeout=timeout, session=self.id)
+        snap = dict(res.get("snapshot") or {})
+        self._client._snapshot_messages[str(snap.get("id") or "")] = [dict(m) for m in self.messages]
+        return snap
+
     async def close(self) -> CloseResult:
         """close ends the episode, removes the sandbox and returns the final record.
 
@@ -242,6 +257,8 @@ class AsyncClient:
         self._lost: Optional[ConnectionLost] = None
         self._closing = False
         self._sessions: Dict[str, AsyncSession] = {}
+        # _snapshot_messages holds each snapshot's transcript, for its forks.
+        self._snapshot_messages: Dict[str, List[Message]] = {}
         self.unmatched_errors: List[GymServerError] = []
 
     def __repr__(self) -> str:
@@ -435,6 +452,42 @@ class AsyncClient:
         session = AsyncSession(self, res, parser=parser or self.parser)
         self._sessions[session.id] = session
         return session
+
+    async def fork(
+        self,
+        snapshot: Union[str, Mapping[str, Any]],
+        n: int = 1,
+        *,
+        parser: Optional[str] = None,
+        timeout: Optional[float] = _NOT_SET,
+    ) -> List[AsyncSession]:
+        """fork starts ``n`` independent sessions from a snapshot (PROTOCOL.md §4.9).
+
+        Each continues the episode from the snapshot's step and action
+        counts with the rest of its time budget. All start or none does.
+        When the snapshot was taken on this client, each fork's
+        ``messages`` starts with the source session's transcript at that
+        point (so a model can continue it); otherwise with the initial
+        messages. ``snapshot`` is the map :meth:`AsyncSession.snapshot`
+        returned, or its id.
+        """
+        snap_id = str(snapshot.get("id") or "") if isinstance(snapshot, Mapping) else str(snapshot)
+        res = await self.request("fork", timeout=timeout, snapshot=snap_id, n=int(n))
+        prefix = self._snapshot_messages.get(snap_id)
+        out: List[AsyncSession] = []
+        for r in res.get("sessions") or []:
+            session = AsyncSession(self, r, parser=parser or self.parser)
+            if prefix is not None:
+                session.messages = [dict(m) for m in prefix]
+            self._sessions[session.id] = session
+            out.append(session)
+        return out
+
+    async def drop_snapshot(self, snapshot: Union[str, Mapping[str, Any]], *, timeout: Optional[float] = _NOT_SET) -> None:
+        """drop_snapshot deletes a snapshot (PROTOCOL.md §4.10); sessions forked from it go on."""
+        snap_id = str(snapshot.get("id") or "") if isinstance(snapshot, Mapping) else str(snapshot)
+        await self.request("drop_snapshot", timeout=timeout, snapshot=snap_id)
+        self._snapshot_messages.pop(snap_id, None)
 
     async def session_step(
         self, session_id: str, action: Union[Action, None] = None, *, parser: Optional[str] = None

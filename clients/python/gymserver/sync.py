@@ -89,6 +89,10 @@ class Session:
         """evaluate ends the episode and returns the hidden tests' verdict (idempotent)."""
         return self._client._run(self._inner.evaluate(timeout=timeout))
 
+    def snapshot(self, *, timeout: Optional[float] = _NOT_SET) -> Dict[str, Any]:
+        """snapshot saves the session's state; see :meth:`AsyncSession.snapshot`."""
+        return self._client._run(self._inner.snapshot(timeout=timeout))
+
     def close(self) -> CloseResult:
         """close ends the episode and removes the sandbox (idempotent)."""
         if self._inner.closed:
@@ -195,6 +199,22 @@ class Client:
         rep: Any = replace._inner if isinstance(replace, Session) else replace
         inner = self._run(self._aclient.reset(env, task, seed, options, replace=rep, parser=parser, timeout=timeout))
         return Session(self, inner)
+
+    def fork(
+        self,
+        snapshot: Union[str, Mapping[str, Any]],
+        n: int = 1,
+        *,
+        parser: Optional[str] = None,
+        timeout: Optional[float] = _NOT_SET,
+    ) -> List[Session]:
+        """fork starts ``n`` sessions from a snapshot; see :meth:`AsyncClient.fork`."""
+        inner = self._run(self._aclient.fork(snapshot, n, parser=parser, timeout=timeout))
+        return [Session(self, s) for s in inner]
+
+    def drop_snapshot(self, snapshot: Union[str, Mapping[str, Any]], *, timeout: Optional[float] = _NOT_SET) -> None:
+        """drop_snapshot deletes a snapshot; see :meth:`AsyncClient.drop_snapshot`."""
+        self._run(self._aclient.drop_snapshot(snapshot, timeout=timeout))
 
     def request(self, op: str, **fields: Any) -> Dict[str, Any]:
         """request sends one raw request and returns its result map; see :meth:`AsyncClient.request`."""
