@@ -358,15 +358,8 @@ func TestForkLimits(t *testing.T) {
 	ts := startServer(t, server.Options{MaxSessionsPerConn: 3, MaxSessions: 4}, nil)
 	ctx := t.Context()
 	c := dial(t, ts, gymclient.Options{})
-	s, _, err := c.Reset(ctx, "mem", gym.ResetRequest{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	snap, err := s.Snapshot(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, _, err = c.Fork(ctx, snap.ID, 3)
+	s, snap := resetAndSnapshot(t, c)
+	_, _, err := c.Fork(ctx, snap.ID, 3)
 	wantErr(t, "fork 3 with 1 of 3 sessions open", err, gym.ClassResourceExhausted, wire.ReasonMaxConnectionSessions)
 	if err == nil || !strings.Contains(err.Error(), "3 new sessions") {
 		t.Errorf("fork over the limit: %v, want the count in the message", err)
@@ -438,16 +431,9 @@ func TestForkAllOrNothing(t *testing.T) {
 	ts := startServer(t, server.Options{MaxConcurrentResets: 3}, env)
 	ctx := t.Context()
 	c := dial(t, ts, gymclient.Options{})
-	s, _, err := c.Reset(ctx, "mem", gym.ResetRequest{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	snap, err := s.Snapshot(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	s, snap := resetAndSnapshot(t, c)
 	fail.Store(true)
-	_, _, err = c.Fork(ctx, snap.ID, 3)
+	_, _, err := c.Fork(ctx, snap.ID, 3)
 	wantErr(t, "fork with a failing start", err, gym.ClassSandbox, "")
 	if got := env.OpenSessions(); !slices.Equal(got, []string{s.ID()}) {
 		t.Errorf("open sessions after the failed fork: %v, want only %s", got, s.ID())
@@ -486,14 +472,7 @@ func TestForkBoundedByConcurrentResets(t *testing.T) {
 	ts := startServer(t, server.Options{MaxConcurrentResets: 2}, env)
 	ctx := t.Context()
 	c := dial(t, ts, gymclient.Options{})
-	s, _, err := c.Reset(ctx, "mem", gym.ResetRequest{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	snap, err := s.Snapshot(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, snap := resetAndSnapshot(t, c)
 	if _, _, err := c.Fork(ctx, snap.ID, 8); err != nil {
 		t.Fatal(err)
 	}
@@ -581,4 +560,19 @@ func httpGet(t *testing.T, url string) string {
 		t.Fatalf("GET %s: %s %v", url, resp.Status, err)
 	}
 	return string(b)
+}
+
+// resetAndSnapshot starts a session of the in-memory env on c and takes a
+// snapshot of it right away.
+func resetAndSnapshot(t *testing.T, c *gymclient.Client) (*gymclient.Session, gym.Snapshot) {
+	t.Helper()
+	s, _, err := c.Reset(t.Context(), "mem", gym.ResetRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	snap, err := s.Snapshot(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s, snap
 }
