@@ -215,6 +215,10 @@ const (
 	ReasonClosed TerminationReason = "closed"
 	// ReasonSandboxError: the sandbox failed (truncation, masked).
 	ReasonSandboxError TerminationReason = "sandbox_error"
+	// ReasonAgentCrash: the agent broke its own sandbox, e.g. ran it out
+	// of memory so that the container died (truncation, scored 0, not
+	// masked: the failure is the agent's).
+	ReasonAgentCrash TerminationReason = "agent_crash"
 	// ReasonPolicyError: the policy failed (set by policy drivers).
 	ReasonPolicyError TerminationReason = "policy_error"
 	// ReasonStopped: the runner was stopped (set by policy drivers).
@@ -261,6 +265,11 @@ type Evaluation struct {
 	// Mask tells a trainer to drop the sample: the failure says nothing
 	// about the agent.
 	Mask bool `json:"mask"`
+	// Tampered is true when the test run showed signs of forgery by the
+	// code under test (a canary test passed or went missing, the report
+	// does not agree with itself, or something wrote to the report stream
+	// besides pytest). The reward is then 0, unmasked, and Error says why.
+	Tampered bool `json:"tampered,omitempty"`
 }
 
 // Test case statuses.
