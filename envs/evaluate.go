@@ -2,11 +2,8 @@ package envs
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
-	"path"
 	"strings"
 	"time"
 
@@ -40,45 +37,39 @@ func (e *TaskEnv) evaluate(ctx context.Context, sb sandbox.Sandbox) (gym.Evaluat
 		ev.Duration = gym.Duration(time.Since(start))
 		return ev, nil
 	}
+	// tampered ends the evaluation with reward 0, unmasked: the code under
+	// test lied about its results.
+	tampered := func(err error) (gym.Evaluation, error) {
+		ev, rerr := fail(gym.ClassAgent, fmt.Errorf("tampered: %w", err))
+		ev.Tampered = true
+		ev.Mask = false
+		e.log.Warn("test run tampered with", "err", err)
+		return ev, rerr
+	}
 
 	if err := sb.KillAll(ctx); err != nil {
 		return fail(gym.ClassSandbox, fmt.Errorf("stop agent processes: %w", err))
 	}
-	for _, root := range e.hiddenRoots {
-		if err := sb.Remove(ctx, root); err != nil {
-			return fail(gym.ClassSandbox, fmt.Errorf("clear %s: %w", root, err))
+	run := e.newTestRun()
+	for _, p := range run.clear {
+		if err := sb.Remove(ctx, p); err != nil {
+			return fail(gym.ClassSandbox, fmt.Errorf("clear %s: %w", p, err))
 		}
 	}
-	if len(e.hidden) > 0 {
-		if err := sb.CopyIn(ctx, e.hidden); err != nil {
-			return fail(gym.ClassSandbox, fmt.Errorf("install hidden tests: %w", err))
-		}
-	}
-	// The report directory has a random name made after the agent's
-	// processes are gone, so nothing of the agent's can be waiting there.
-	var rnd [8]byte
-	_, _ = rand.Read(rnd[:])
-	reportDir := "/tmp/.gymserver-eval-" + hex.EncodeToString(rnd[:])
-	// pytest reads its settings from a file of ours (or the task's own
-	// hidden pytest.ini), never from ini files the agent wrote.
-	iniPath := e.hiddenIni()
-	if iniPath == "" {
-		iniPath = path.Join(reportDir, "pytest.ini")
-		if err := sb.WriteFile(ctx, iniPath, []byte("[pytest]\n"), 0o644); err != nil {
-			return fail(gym.ClassSandbox, fmt.Errorf("make report directory: %w", err))
-		}
-	} else if err := sb.WriteFile(ctx, path.Join(reportDir, ".keep"), nil, 0o644); err != nil {
-		return fail(gym.ClassSandbox, fmt.Errorf("make report directory: %w", err))
+	if err := sb.CopyIn(ctx, append(append([]sandbox.File(nil), e.hidden...), run.files...)); err != nil {
+		return fail(gym.ClassSandbox, fmt.Errorf("install hidden tests: %w", err))
 	}
 
 	for i, cmd := range e.cfg.UnitTests {
-		junitPath := path.Join(reportDir, fmt.Sprintf("junit-%d.xml", i))
+		pytest := strings.Contains(cmd, "pytest")
 		r, err := sb.Exec(ctx, sandbox.ExecRequest{
 			Argv:      []string{"/bin/sh", "-c", cmd},
 			Dir:       e.cfg.WorkingDirectory,
-			Env:       e.testEnv(junitPath, iniPath, e.hiddenIni() != ""),
+			Env:       run.env(e.cfg, pytest),
 			Timeout:   e.cfg.Timeouts.Test,
 			MaxOutput: testOutputLimit,
+			Report:    pytest,
+			ReportMax: junitLimit,
 		})
 		if err != nil {
 			return fail(gym.ClassSandbox, fmt.Errorf("run test command %d (%s): %w", i, cmd, err))
@@ -91,48 +82,33 @@ func (e *TaskEnv) evaluate(ctx context.Context, sb sandbox.Sandbox) (gym.Evaluat
 			TimedOut: r.TimedOut,
 			Success:  r.ExitCode == 0 && !r.TimedOut,
 		}
-		// Nothing the tests started may outlive them and rewrite the
-		// report before it is read.
+		// Nothing the tests started may outlive them.
 		if err := sb.KillAll(ctx); err != nil {
 			return fail(gym.ClassSandbox, fmt.Errorf("stop processes after test command %d: %w", i, err))
 		}
-		pytest := strings.Contains(cmd, "pytest")
-		cases, source, err := e.parseResults(ctx, sb, junitPath, r, !pytest)
-		if err != nil {
-			return fail(gym.ClassSandbox, err)
-		}
-		tc.Source = source
-		if len(cases) == 0 {
-			// pytest exits 5 when it collected nothing: the task's tests are
-			// missing, which is the task's fault, not the agent's.
-			if r.ExitCode == 5 && !r.TimedOut {
-				ev.Commands = append(ev.Commands, tc)
-				return fail(gym.ClassVerifier, fmt.Errorf("test command %d (%s) collected no tests", i, cmd))
+		var cases []gym.TestCase
+		if pytest {
+			v := run.verdict(r, e.cfg.Timeouts.Test)
+			ev.Commands = append(ev.Commands, tc)
+			switch {
+			case v.tampered != "":
+				return tampered(fmt.Errorf("test command %d (%s): %s", i, cmd, v.tampered))
+			case v.verifierErr != nil:
+				return fail(gym.ClassVerifier, fmt.Errorf("test command %d (%s): %w", i, cmd, v.verifierErr))
 			}
-			status, msg := gym.TestPassed, ""
-			if !tc.Success {
-				status = gym.TestFailed
-				msg = fmt.Sprintf("exit code %d", r.ExitCode)
-				if r.TimedOut {
-					msg = "timed out after " + e.cfg.Timeouts.Test.String()
-				}
-			}
-			if pytest && !r.TimedOut {
-				// pytest always writes its report when it finishes, so a
-				// pytest run without one was cut short (os._exit in the
-				// code under test, a crash, a signal): its exit status
-				// and output prove nothing.
-				status = gym.TestError
-				msg = fmt.Sprintf("pytest exited with code %d without writing its JUnit report: it did not finish", r.ExitCode)
-			}
-			cases = []gym.TestCase{{Name: cmd, Status: status, Message: msg}}
+			ev.Commands[len(ev.Commands)-1].Source = v.source
+			cases = v.cases
+		} else {
+			// Output and files are the code under test's to write; only
+			// the exit status of the command itself is trusted.
 			tc.Source = "exit_code"
+			ev.Commands = append(ev.Commands, tc)
+			cases = []gym.TestCase{exitCase(cmd, r, e.cfg.Timeouts.Test)}
 		}
 		for j := range cases {
 			cases[j].Command = i
 		}
 		ev.Tests = append(ev.Tests, cases...)
-		ev.Commands = append(ev.Commands, tc)
 	}
 
 	ev.Passed, ev.Failed, ev.Errors, ev.Skipped = testresult.Summarize(ev.Tests)
@@ -156,73 +132,6 @@ func (e *TaskEnv) evaluate(ctx context.Context, sb sandbox.Sandbox) (gym.Evaluat
 	}
 	ev.Success = ev.Reward >= threshold-1e-9
 	return ev, nil
-}
-
-// hiddenIni returns the path of a pytest.ini among the hidden files, if any.
-func (e *TaskEnv) hiddenIni() string {
-	for _, f := range e.hidden {
-		if path.Base(f.Path) == "pytest.ini" {
-			return f.Path
-		}
-	}
-	return ""
-}
-
-// testEnv is the environment of a test command: pytest writes JUnit XML to
-// junitPath and a full summary, takes its settings from iniPath (not from
-// ini files the agent may have written), loads no user site-packages,
-// writes no cache, and collects conftest files only inside the hidden test
-// directory. Python does not put the working directory first on sys.path
-// (PYTHONSAFEPATH), so a pytest.py or sitecustomize.py the agent wrote
-// cannot stand in for the real ones; pytest adds the working directory
-// itself once it runs (its pythonpath setting), so the tests still import
-// the agent's modules.
-func (e *TaskEnv) testEnv(junitPath, iniPath string, hiddenIni bool) []string {
-	opts := []string{"--junitxml=" + junitPath, "-rA", "-p", "no:cacheprovider",
-		"-c", iniPath, "--rootdir=" + e.cfg.WorkingDirectory}
-	if !hiddenIni {
-		opts = append(opts, "-o", "pythonpath="+e.cfg.WorkingDirectory)
-	}
-	if len(e.hiddenRoots) == 1 {
-		opts = append(opts, "--confcutdir="+e.hiddenRoots[0])
-	}
-	if prev := e.cfg.EnvironmentVariables["PYTEST_ADDOPTS"]; prev != "" {
-		opts = append([]string{prev}, opts...)
-	}
-	return []string{
-		"PYTEST_ADDOPTS=" + strings.Join(opts, " "),
-		"PYTHONNOUSERSITE=1",
-		"PYTHONSAFEPATH=1",
-		"PYTHONDONTWRITEBYTECODE=1",
-	}
-}
-
-// parseResults finds per-test results: JUnit XML first, then, when
-// textOK, pytest's -rA summary in the output. Output is not trusted for a
-// pytest command: the code under test can print anything. No cases and no
-// error means none were found.
-func (e *TaskEnv) parseResults(ctx context.Context, sb sandbox.Sandbox, junitPath string, r sandbox.ExecResult, textOK bool) ([]gym.TestCase, string, error) {
-	data, err := sb.ReadFile(ctx, junitPath, junitLimit)
-	switch {
-	case err == nil:
-		cases, perr := testresult.ParseJUnit(data)
-		if perr == nil && len(cases) > 0 {
-			return cases, "junit", nil
-		}
-		if perr != nil {
-			e.log.Warn("junit report unreadable; falling back to output", "err", perr)
-		}
-	case errors.Is(err, sandbox.ErrNotExist), errors.Is(err, sandbox.ErrTooLarge), errors.Is(err, sandbox.ErrIsDir):
-	default:
-		return nil, "", fmt.Errorf("read test report: %w", err)
-	}
-	if !textOK {
-		return nil, "", nil
-	}
-	if cases := testresult.ParsePytest(string(r.Stdout) + "\n" + string(r.Stderr)); len(cases) > 0 {
-		return cases, "pytest", nil
-	}
-	return nil, "", nil
 }
 
 // formatExec renders a command's result for the agent: exit status, then

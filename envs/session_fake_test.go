@@ -2,6 +2,8 @@ package envs_test
 
 import (
 	"context"
+	"fmt"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -18,8 +20,9 @@ import (
 
 // fakePytest answers unit_tests commands like pytest: test_a passes and
 // test_b fails unless the agent wrote fixed.txt. A command naming pytest
-// writes the JUnit report that PYTEST_ADDOPTS asks for; any other command
-// prints only pytest's -rA summary.
+// writes its JUnit report to the report pipe, with the canary tests the
+// guard plugin adds (see fakeJUnit); any other command prints pytest's -rA
+// summary, which must not count.
 func fakePytest(ctx context.Context, sb *sandboxtest.FakeSandbox, req sandbox.ExecRequest) (sandbox.ExecResult, error) {
 	if len(req.Argv) < 3 || !strings.Contains(req.Argv[2], "tests") {
 		return sandbox.ExecResult{Stdout: []byte("ran " + strings.Join(req.Argv, " ") + "\n")}, nil
@@ -35,23 +38,46 @@ func fakePytest(ctx context.Context, sb *sandboxtest.FakeSandbox, req sandbox.Ex
 		b, bXML = "PASSED tests/test_x.py::test_b", `<testcase classname="tests.test_x" name="test_b"/>`
 	}
 	if strings.Contains(req.Argv[2], "pytest") {
-		for _, kv := range req.Env {
-			if opts, ok := strings.CutPrefix(kv, "PYTEST_ADDOPTS="); ok {
-				for _, f := range strings.Fields(opts) {
-					if p, ok := strings.CutPrefix(f, "--junitxml="); ok {
-						xml := `<testsuites><testsuite><testcase classname="tests.test_x" name="test_a"/>` + bXML + `</testsuite></testsuites>`
-						if err := sb.WriteFile(ctx, p, []byte(xml), 0o644); err != nil {
-							return sandbox.ExecResult{}, err
-						}
-					}
-				}
-			}
+		report, err := fakeJUnit(ctx, sb, req, `<testcase classname="tests.test_x" name="test_a"/>`+bXML)
+		if err != nil {
+			return sandbox.ExecResult{}, err
 		}
-		return sandbox.ExecResult{ExitCode: code, Stdout: []byte("2 tests\n")}, nil
+		return sandbox.ExecResult{ExitCode: 1, Stdout: []byte("2 tests\n"), Report: report}, nil
 	}
 	out := "=========================== short test summary info ============================\n" +
 		"PASSED tests/test_x.py::test_a\n" + b + "\n=== done ===\n"
 	return sandbox.ExecResult{ExitCode: code, Stdout: []byte(out)}, nil
+}
+
+// fakeJUnit does what pytest does with the guard plugin: it reads the
+// canary file the plugin names and reports its tests as failed, with the
+// given test cases, as JUnit XML on the report pipe.
+func fakeJUnit(ctx context.Context, sb *sandboxtest.FakeSandbox, req sandbox.ExecRequest, cases string) ([]byte, error) {
+	if !req.Report {
+		return nil, fmt.Errorf("a pytest command without a report pipe")
+	}
+	var guardDir string
+	for _, kv := range req.Env {
+		if v, ok := strings.CutPrefix(kv, "PYTHONPATH="); ok {
+			guardDir, _, _ = strings.Cut(v, ":")
+		}
+	}
+	guard, err := sb.ReadFile(ctx, guardDir+"/gymserver_guard.py", 1<<20)
+	if err != nil {
+		return nil, fmt.Errorf("guard plugin: %w", err)
+	}
+	m := regexp.MustCompile(`(?m)^_CANARY = "([^"]+)"`).FindSubmatch(guard)
+	if m == nil {
+		return nil, fmt.Errorf("guard plugin names no canary:\n%s", guard)
+	}
+	canary, err := sb.ReadFile(ctx, string(m[1]), 1<<20)
+	if err != nil {
+		return nil, fmt.Errorf("canary: %w", err)
+	}
+	for _, name := range regexp.MustCompile(`(?m)^def (test_\w+)\(`).FindAllSubmatch(canary, -1) {
+		cases += `<testcase classname="canary" name="` + string(name[1]) + `"><failure message="assert"/></testcase>`
+	}
+	return []byte(`<?xml version="1.0" encoding="utf-8"?><testsuites><testsuite>` + cases + `</testsuite></testsuites>`), nil
 }
 
 func fakeEnv(t *testing.T, exec sandboxtest.ExecFunc) (*envs.TaskEnv, *sandboxtest.FakeProvider) {
@@ -81,11 +107,13 @@ func TestFakeEpisodeRewardFromParsedTests(t *testing.T) {
 		name, command, source string
 		fix                   bool
 		reward                float64
+		total                 int
 	}{
-		{"junit/unfixed", "python3 -m pytest tests/", "junit", false, 0.5},
-		{"junit/fixed", "python3 -m pytest tests/", "junit", true, 1},
-		{"text/unfixed", "python3 run_tests.py tests/", "pytest", false, 0.5},
-		{"text/fixed", "python3 run_tests.py tests/", "pytest", true, 1},
+		{"junit/unfixed", "python3 -m pytest tests/", "junit", false, 0.5, 2},
+		{"junit/fixed", "python3 -m pytest tests/", "junit", true, 1, 2},
+		// Not pytest: its printed summary does not count, its exit status does.
+		{"exit_code/unfixed", "python3 run_tests.py tests/", "exit_code", false, 0, 1},
+		{"exit_code/fixed", "python3 run_tests.py tests/", "exit_code", true, 1, 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e, p := fakeEnvWith(t, fakePytest, tc.command)
@@ -101,7 +129,7 @@ func TestFakeEpisodeRewardFromParsedTests(t *testing.T) {
 			}
 			res := step(t, s, call(gym.ToolMarkDone, gym.MarkDoneArgs{}))
 			ev := res.Info.Evaluation
-			if !res.Terminated || ev == nil || res.Reward != tc.reward || ev.Total != 2 || ev.Commands[0].Source != tc.source {
+			if !res.Terminated || ev == nil || res.Reward != tc.reward || ev.Total != tc.total || ev.Commands[0].Source != tc.source {
 				t.Fatalf("result %+v evaluation %+v", res, ev)
 			}
 			if ev.Success != (tc.reward == 1) {
@@ -119,7 +147,9 @@ func TestFakeEpisodeRewardFromParsedTests(t *testing.T) {
 
 func TestFakeNoTestsCollectedIsVerifierError(t *testing.T) {
 	e, _ := fakeEnv(t, func(ctx context.Context, sb *sandboxtest.FakeSandbox, req sandbox.ExecRequest) (sandbox.ExecResult, error) {
-		return sandbox.ExecResult{ExitCode: 5, Stdout: []byte("no tests ran")}, nil
+		// Only the canaries ran: the task's hidden tests are missing.
+		report, err := fakeJUnit(ctx, sb, req, "")
+		return sandbox.ExecResult{ExitCode: 1, Stdout: []byte("2 failed in 0.01s"), Report: report}, err
 	})
 	s, _, err := e.Reset(t.Context(), gym.ResetRequest{})
 	if err != nil {

@@ -31,11 +31,23 @@ const executorPath = "/.gymserver/executor"
 // sandboxUser is the user of the agent and of the tests.
 const sandboxUser = "1000:1000"
 
+// machineUser is the user of the container's init, its main process and
+// the executor: the agent's processes cannot signal, trace or write to them.
+const machineUser = "0:0"
+
+// machineCaps are the only capabilities of the container's machinery: act
+// as the agent (SETUID, SETGID), stop it (KILL), and manage its files and
+// the hidden tests whatever their owner (CHOWN, DAC_OVERRIDE, FOWNER). The
+// agent's processes have none (a non-root uid after exec, with
+// no-new-privileges).
+var machineCaps = []string{"CHOWN", "DAC_OVERRIDE", "FOWNER", "KILL", "SETGID", "SETUID"}
+
 // Defaults for Options and sandbox.Resources.
 const (
 	defaultMemory          = 1 << 30
 	defaultCPUs            = 1.0
 	defaultPIDs            = 256
+	defaultDisk            = 4 << 30
 	defaultLease           = 24 * time.Hour
 	defaultConcurrentStart = 8
 	removeTimeout          = 30 * time.Second
@@ -100,6 +112,8 @@ type Provider struct {
 	// are those DropImage could not remove yet because a sandbox uses them.
 	snapshots map[string]bool
 	dropped   map[string]bool
+	// quota is whether the storage driver takes a size per container.
+	quota bool
 }
 
 var _ sandbox.Provider = (*Provider)(nil)
@@ -153,6 +167,9 @@ func New(ctx context.Context, opts Options) (*Provider, error) {
 	if _, err := p.cli.Ping(ctx); err != nil {
 		p.closeClient()
 		return nil, gym.Classify(fmt.Errorf("docker: engine not reachable: %w", err), gym.ClassSandbox)
+	}
+	if info, err := p.cli.Info(ctx); err == nil {
+		p.quota = quotaDriver(info.Driver, info.DriverStatus)
 	}
 	if err := p.Reap(ctx); err != nil {
 		p.log.Warn("reaping orphaned containers failed", "err", err)

@@ -1,14 +1,12 @@
 package docker
 
 import (
-	"archive/tar"
 	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"io/fs"
-	"path"
 	"sort"
 	"sync"
 	"time"
@@ -89,6 +87,9 @@ func (p *Provider) create(ctx context.Context, spec sandbox.Spec) (_ *Sandbox, e
 	if res.PIDs <= 0 {
 		res.PIDs = defaultPIDs
 	}
+	if res.DiskBytes <= 0 {
+		res.DiskBytes = defaultDisk
+	}
 	network := spec.Network
 	if network == "" {
 		network = "none"
@@ -98,10 +99,14 @@ func (p *Provider) create(ctx context.Context, spec sandbox.Spec) (_ *Sandbox, e
 		workdir = "/"
 	}
 	init := true
+	// The container's init and main process and the executor run as root
+	// with the few capabilities the executor needs to act as the agent and
+	// to stop it; the agent's commands run as sandboxUser with none (see
+	// executor.Cred), so the agent cannot signal, trace or write to them.
 	cfg := &container.Config{
 		Image:      spec.Image,
 		Cmd:        p.executorCmd("idle"),
-		User:       sandboxUser,
+		User:       machineUser,
 		Env:        envList(spec.Env),
 		WorkingDir: workdir,
 		Labels:     p.labels(spec.Labels),
@@ -116,9 +121,15 @@ func (p *Provider) create(ctx context.Context, spec sandbox.Spec) (_ *Sandbox, e
 		},
 		SecurityOpt: []string{"no-new-privileges"},
 		CapDrop:     []string{"ALL"},
+		CapAdd:      machineCaps,
 		Init:        &init,
 	}
+	p.limitDisk(host, res)
 	created, err := p.cli.ContainerCreate(ctx, cfg, host, nil, nil, "")
+	if err != nil && host.StorageOpt != nil && p.noQuota(err) {
+		host.StorageOpt = nil
+		created, err = p.cli.ContainerCreate(ctx, cfg, host, nil, nil, "")
+	}
 	if err != nil {
 		return nil, gym.Classify(fmt.Errorf("docker: create container from %s: %w", spec.Image, err), gym.ClassSandbox)
 	}
@@ -145,13 +156,13 @@ func (p *Provider) create(ctx context.Context, spec sandbox.Spec) (_ *Sandbox, e
 func (s *Sandbox) attach(ctx context.Context, workdir string, env map[string]string) error {
 	p := s.p
 	ex, err := p.cli.ContainerExecCreate(ctx, s.id, container.ExecOptions{
-		User:         sandboxUser,
+		User:         machineUser,
 		AttachStdin:  true,
 		AttachStdout: true,
 		AttachStderr: true,
 		Env:          envList(env),
 		WorkingDir:   workdir,
-		Cmd:          p.executorCmd("serve", "--workdir", workdir, "--container"),
+		Cmd:          p.executorCmd("serve", "--workdir", workdir, "--agent", sandboxUser),
 	})
 	if err != nil {
 		return gym.Classify(fmt.Errorf("docker: create executor in %s: %w", shortID(s.id), err), gym.ClassSandbox)
@@ -227,89 +238,90 @@ func (s *Sandbox) diagnose(err error) error {
 	return err
 }
 
-// Exec runs a command through the executor.
-func (s *Sandbox) Exec(ctx context.Context, req sandbox.ExecRequest) (sandbox.ExecResult, error) {
-	r, err := s.exec.Exec(ctx, req)
-	return r, s.diagnose(err)
+// Bounds on executor calls. The agent cannot stop or starve the executor
+// (it runs as another user), so an executor that does not answer in time
+// is an infrastructure failure, reported as one instead of hanging the
+// episode.
+const (
+	// execGrace is added to a command's own timeout.
+	execGrace = 15 * time.Second
+	// opBound bounds file operations and KillAll.
+	opBound = 60 * time.Second
+)
+
+// bounded runs call under a deadline of d (none when d is 0) and turns an
+// expiry of that deadline, not of ctx, into a sandbox error.
+func (s *Sandbox) bounded(ctx context.Context, what string, d time.Duration, call func(context.Context) error) error {
+	if d <= 0 {
+		return s.diagnose(call(ctx))
+	}
+	bctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	err := call(bctx)
+	if err != nil && ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
+		err = gym.Errorf(gym.ClassSandbox, "docker: %s: the executor in %s did not answer within %s", what, shortID(s.id), d)
+	}
+	return s.diagnose(err)
+}
+
+// Exec runs a command through the executor, as the sandbox user.
+func (s *Sandbox) Exec(ctx context.Context, req sandbox.ExecRequest) (r sandbox.ExecResult, err error) {
+	var bound time.Duration
+	if req.Timeout > 0 && !req.Background {
+		bound = req.Timeout + execGrace
+	} else if req.Background {
+		bound = opBound
+	}
+	err = s.bounded(ctx, "exec", bound, func(ctx context.Context) (err error) {
+		r, err = s.exec.Exec(ctx, req)
+		return err
+	})
+	return r, err
 }
 
 // WriteFile writes a file as the sandbox user.
 func (s *Sandbox) WriteFile(ctx context.Context, p string, data []byte, mode fs.FileMode) error {
-	return s.diagnose(s.exec.WriteFile(ctx, p, data, mode))
+	return s.bounded(ctx, "write "+p, opBound, func(ctx context.Context) error {
+		return s.exec.WriteFile(ctx, p, data, mode)
+	})
 }
 
-// ReadFile reads a file.
-func (s *Sandbox) ReadFile(ctx context.Context, p string, maxBytes int64) ([]byte, error) {
-	b, err := s.exec.ReadFile(ctx, p, maxBytes)
-	return b, s.diagnose(err)
-}
-
-// ListDir lists a directory.
-func (s *Sandbox) ListDir(ctx context.Context, p string) ([]sandbox.DirEntry, error) {
-	e, err := s.exec.ListDir(ctx, p)
-	return e, s.diagnose(err)
-}
-
-// Remove deletes a path recursively.
-func (s *Sandbox) Remove(ctx context.Context, p string) error {
-	return s.diagnose(s.exec.Remove(ctx, p))
-}
-
-// KillAll kills every process in the container but its own machinery.
-func (s *Sandbox) KillAll(ctx context.Context) error {
-	return s.diagnose(s.exec.KillAll(ctx))
-}
-
-// CopyIn installs files owned by root, mode 0644, through the Docker API,
-// after removing whatever is at their paths. Missing parent directories are
-// created owned by root.
-func (s *Sandbox) CopyIn(ctx context.Context, files []sandbox.File) error {
-	dirs := map[string]bool{}
-	for _, f := range files {
-		if !path.IsAbs(f.Path) {
-			return fmt.Errorf("copy in %s: path is not absolute: %w", f.Path, gym.ErrInvalidArgument)
-		}
-		if err := s.Remove(ctx, f.Path); err != nil {
-			return fmt.Errorf("copy in %s: %w", f.Path, err)
-		}
-		for d := path.Dir(f.Path); d != "/" && !dirs[d]; d = path.Dir(d) {
-			dirs[d] = false
-		}
-	}
-	// Only directories that do not exist yet get an entry: an entry would
-	// change the owner of an existing one (the working directory).
-	var newDirs []string
-	for d := range dirs {
-		if _, err := s.exec.ListDir(ctx, d); errors.Is(err, sandbox.ErrNotExist) {
-			newDirs = append(newDirs, d)
-		} else if err != nil && !errors.Is(err, sandbox.ErrNotDir) {
-			return s.diagnose(err)
-		}
-	}
-	sort.Strings(newDirs)
-	var buf bytes.Buffer
-	tw := tar.NewWriter(&buf)
-	now := time.Now()
-	for _, d := range newDirs {
-		if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: d[1:] + "/", Mode: 0o755, ModTime: now}); err != nil {
-			return err
-		}
-	}
-	for _, f := range files {
-		if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: f.Path[1:], Mode: 0o644, Size: int64(len(f.Data)), ModTime: now}); err != nil {
-			return err
-		}
-		if _, err := tw.Write(f.Data); err != nil {
-			return err
-		}
-	}
-	if err := tw.Close(); err != nil {
+// ReadFile reads a file as the sandbox user.
+func (s *Sandbox) ReadFile(ctx context.Context, p string, maxBytes int64) (b []byte, err error) {
+	err = s.bounded(ctx, "read "+p, opBound, func(ctx context.Context) (err error) {
+		b, err = s.exec.ReadFile(ctx, p, maxBytes)
 		return err
-	}
-	if err := s.p.cli.CopyToContainer(ctx, s.id, "/", &buf, container.CopyToContainerOptions{}); err != nil {
-		return gym.Classify(fmt.Errorf("docker: copy into %s: %w", shortID(s.id), err), gym.ClassSandbox)
-	}
-	return nil
+	})
+	return b, err
+}
+
+// ListDir lists a directory as the sandbox user.
+func (s *Sandbox) ListDir(ctx context.Context, p string) (e []sandbox.DirEntry, err error) {
+	err = s.bounded(ctx, "list "+p, opBound, func(ctx context.Context) (err error) {
+		e, err = s.exec.ListDir(ctx, p)
+		return err
+	})
+	return e, err
+}
+
+// Remove deletes a path recursively with the executor's rights.
+func (s *Sandbox) Remove(ctx context.Context, p string) error {
+	return s.bounded(ctx, "remove "+p, opBound, func(ctx context.Context) error {
+		return s.exec.Remove(ctx, p)
+	})
+}
+
+// KillAll kills every process of the sandbox user.
+func (s *Sandbox) KillAll(ctx context.Context) error {
+	return s.bounded(ctx, "kill all", opBound, s.exec.KillAll)
+}
+
+// CopyIn installs files owned by root, mode 0644, through the executor,
+// which runs as root; see sandbox.Sandbox.CopyIn.
+func (s *Sandbox) CopyIn(ctx context.Context, files []sandbox.File) error {
+	return s.bounded(ctx, "copy in", opBound, func(ctx context.Context) error {
+		return s.exec.Install(ctx, files)
+	})
 }
 
 // Close removes the container. It is idempotent and works on a

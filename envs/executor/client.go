@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"path"
 	"sync"
 	"time"
 
@@ -197,6 +198,8 @@ func (c *Client) Exec(ctx context.Context, req sandbox.ExecRequest) (sandbox.Exe
 		MaxOutput:  req.MaxOutput,
 		Background: req.Background,
 		Stdin:      req.Stdin,
+		Report:     req.Report,
+		ReportMax:  req.ReportMax,
 	})
 	if err != nil {
 		return sandbox.ExecResult{}, err
@@ -215,6 +218,8 @@ func (c *Client) Exec(ctx context.Context, req sandbox.ExecRequest) (sandbox.Exe
 		OOMKilled:     resp.OOMKilled,
 		PID:           resp.PID,
 		Duration:      time.Duration(resp.DurationNS),
+		Report:        resp.Report,
+		ReportDropped: resp.ReportDropped,
 	}, nil
 }
 
@@ -285,4 +290,24 @@ func (c *Client) KillAll(ctx context.Context) error {
 func (c *Client) Ping(ctx context.Context) error {
 	_, err := c.call(ctx, request{Op: opPing})
 	return err
+}
+
+// Install puts files in place with the executor's own rights; see
+// sandbox.Sandbox.CopyIn.
+func (c *Client) Install(ctx context.Context, files []sandbox.File) error {
+	req := request{Op: opInstall, Files: make([]installFile, len(files))}
+	for i, f := range files {
+		if !path.IsAbs(f.Path) {
+			return fmt.Errorf("install %s: path is not absolute: %w", f.Path, gym.ErrInvalidArgument)
+		}
+		req.Files[i] = installFile{Path: f.Path, Data: f.Data}
+		if req.Files[i].Data == nil {
+			req.Files[i].Data = []byte{}
+		}
+	}
+	resp, err := c.call(ctx, req)
+	if err != nil {
+		return err
+	}
+	return respErr("install", "", resp)
 }

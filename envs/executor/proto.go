@@ -22,6 +22,7 @@ const (
 	opKillAll = "killall"
 	opPing    = "ping"
 	opCancel  = "cancel"
+	opInstall = "install"
 )
 
 // Error kinds carried on the wire; the client maps them to sandbox errors.
@@ -51,6 +52,21 @@ type request struct {
 	MaxBytes   int64    `msgpack:"max_bytes,omitempty"`
 	// Target is the id of the request a cancel op cancels.
 	Target uint64 `msgpack:"target,omitempty"`
+	// Priv runs a file operation with the executor's own rights instead
+	// of the agent's.
+	Priv bool `msgpack:"priv,omitempty"`
+	// Report gives an exec a report pipe on ReportFD, read up to
+	// ReportMax bytes.
+	Report    bool  `msgpack:"report,omitempty"`
+	ReportMax int64 `msgpack:"report_max,omitempty"`
+	// Files are what an install op puts in place.
+	Files []installFile `msgpack:"files,omitempty"`
+}
+
+// installFile is one file of an install op.
+type installFile struct {
+	Path string `msgpack:"path"`
+	Data []byte `msgpack:"data"`
 }
 
 // response is one frame from the executor.
@@ -70,6 +86,8 @@ type response struct {
 	DurationNS    int64   `msgpack:"duration_ns,omitempty"`
 	Data          []byte  `msgpack:"data,omitempty"`
 	Entries       []entry `msgpack:"entries,omitempty"`
+	Report        []byte  `msgpack:"report,omitempty"`
+	ReportDropped int64   `msgpack:"report_dropped,omitempty"`
 }
 
 // entry is one directory entry on the wire.

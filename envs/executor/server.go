@@ -32,23 +32,26 @@ const waitDelay = 500 * time.Millisecond
 type Options struct {
 	// WorkDir resolves relative paths and is the default command directory.
 	WorkDir string
-	// Container says the executor runs inside a sandbox container: KillAll
-	// then kills every process except the container's own machinery. Never
-	// set it on a host.
-	Container bool
+	// Agent, when set, is the identity of the agent (privilege
+	// separation): the executor runs as root with a few capabilities, every
+	// command and every file operation on the agent's behalf runs as Agent,
+	// and KillAll kills every process of Agent's uid. Remove and the
+	// Priv operations keep the executor's own rights. Only set it inside a
+	// sandbox.
+	Agent *Cred
 	// Logger receives diagnostics; nil discards them.
 	Logger *slog.Logger
 }
 
 // Main is the entry of the executor binary; args[0] is the mode:
 //
-//	serve [--workdir DIR] [--container]   answer requests on stdin/stdout
+//	serve [--workdir DIR] [--agent UID:GID]   answer requests on stdin/stdout
 //	idle                                   block until SIGTERM or SIGINT
 //
 // It returns the process exit code.
 func Main(args []string) int {
 	if len(args) == 0 {
-		fmt.Fprintln(os.Stderr, "executor: usage: serve [--workdir DIR] [--container] | idle")
+		fmt.Fprintln(os.Stderr, "executor: usage: serve [--workdir DIR] [--agent UID:GID] | idle")
 		return 2
 	}
 	switch args[0] {
@@ -60,9 +63,18 @@ func Main(args []string) int {
 	case "serve":
 		fs := flag.NewFlagSet("executor serve", flag.ContinueOnError)
 		workdir := fs.String("workdir", "", "working directory for relative paths and commands")
-		container := fs.Bool("container", false, "running inside a sandbox container")
+		agent := fs.String("agent", "", "run commands and file operations as `UID:GID` (the executor must be root)")
 		if err := fs.Parse(args[1:]); err != nil {
 			return 2
+		}
+		var cred *Cred
+		if *agent != "" {
+			c, err := ParseCred(*agent)
+			if err != nil {
+				fmt.Fprintln(os.Stderr, "executor:", err)
+				return 2
+			}
+			cred = c
 		}
 		if *workdir == "" {
 			*workdir, _ = os.Getwd()
@@ -70,7 +82,7 @@ func Main(args []string) int {
 		logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 		ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
 		defer stop()
-		if err := Serve(ctx, os.Stdin, os.Stdout, Options{WorkDir: *workdir, Container: *container, Logger: logger}); err != nil {
+		if err := Serve(ctx, os.Stdin, os.Stdout, Options{WorkDir: *workdir, Agent: cred, Logger: logger}); err != nil {
 			logger.Error("executor stopped", "err", err)
 			return 1
 		}
@@ -156,27 +168,47 @@ func (s *server) handle(ctx context.Context, req request) response {
 		s.mu.Unlock()
 		return response{ID: req.ID}
 	case opWrite:
-		return errResponse(req.ID, s.write(req))
+		return errResponse(req.ID, s.as(req, func() error { return s.write(req) }))
 	case opRead:
-		data, err := s.read(req)
+		var data []byte
+		err := s.as(req, func() (err error) {
+			data, err = s.read(req)
+			return err
+		})
 		resp := errResponse(req.ID, err)
 		resp.Data = data
 		return resp
 	case opList:
-		ents, err := s.list(req)
+		var ents []entry
+		err := s.as(req, func() (err error) {
+			ents, err = s.list(req)
+			return err
+		})
 		resp := errResponse(req.ID, err)
 		resp.Entries = ents
 		return resp
 	case opRemove:
+		// Removal is the machinery's: it clears hidden-test directories
+		// whatever their owner.
 		if req.Path == "" {
 			return response{ID: req.ID, ErrKind: kindInvalid, Err: "remove: empty path"}
 		}
 		return errResponse(req.ID, os.RemoveAll(s.abs(req.Path)))
 	case opKillAll:
-		s.killAll()
-		return response{ID: req.ID}
+		return errResponse(req.ID, s.killAll())
+	case opInstall:
+		return errResponse(req.ID, s.install(req.Files))
 	}
 	return response{ID: req.ID, ErrKind: kindInvalid, Err: fmt.Sprintf("unknown op %q", req.Op)}
+}
+
+// as runs a file operation with the agent's file-system identity, unless
+// the request asks for the executor's own (Priv).
+func (s *server) as(req request, fn func() error) error {
+	if req.Priv {
+		return fn()
+	}
+	return asAgent(s.opts.Agent, fn)
 }
 
 // abs resolves p against the working directory.
@@ -200,15 +232,20 @@ func (s *server) exec(ctx context.Context, req request) response {
 	}
 	cmd := exec.Command(req.Argv[0], req.Argv[1:]...)
 	cmd.Dir = s.abs(req.Dir)
-	cmd.Env = append(os.Environ(), req.Env...)
+	env := os.Environ()
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if a := s.opts.Agent; a != nil {
+		env = a.env(env)
+		cmd.SysProcAttr.Credential = a.sysCred()
+	}
+	cmd.Env = append(env, req.Env...)
 	if req.Background {
 		// Output is discarded (nil means /dev/null).
 		if err := cmd.Start(); err != nil {
 			return response{ID: req.ID, ErrKind: startKind(err), Err: err.Error()}
 		}
 		pid := cmd.Process.Pid
-		s.track(pid)
+		s.started(pid)
 		go func() { _ = cmd.Wait() }() // reap it; KillAll ends it
 		return response{ID: req.ID, PID: pid, ExitCode: -1}
 	}
@@ -235,13 +272,26 @@ func (s *server) exec(ctx context.Context, req request) response {
 		s.mu.Unlock()
 	}()
 
+	var rep *reportPipe
+	if req.Report {
+		var err error
+		if rep, err = newReportPipe(s.opts.Agent, req.ReportMax); err != nil {
+			return response{ID: req.ID, ErrKind: kindOther, Err: "report pipe: " + err.Error()}
+		}
+		defer rep.close()
+		cmd.ExtraFiles = []*os.File{rep.w}
+	}
+
 	oomBefore := oomKills()
 	start := time.Now()
 	if err := cmd.Start(); err != nil {
 		return response{ID: req.ID, ErrKind: startKind(err), Err: err.Error()}
 	}
 	pid := cmd.Process.Pid
-	s.track(pid)
+	s.started(pid)
+	if rep != nil {
+		rep.started()
+	}
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()
 	var killed bool
@@ -275,54 +325,50 @@ func (s *server) exec(ctx context.Context, req request) response {
 	}
 	resp.Stdout, resp.StdoutDropped = stdout.bytes()
 	resp.Stderr, resp.StderrDropped = stderr.bytes()
+	if rep != nil {
+		// Whatever the command left behind could still write to the
+		// report: everything goes before the report is read to its end.
+		if err := s.killAll(); err != nil {
+			return response{ID: req.ID, ErrKind: kindOther, Err: "stop processes before reading the report: " + err.Error()}
+		}
+		data, dropped, err := rep.finish()
+		if err != nil {
+			return response{ID: req.ID, ErrKind: kindOther, Err: "read report: " + err.Error()}
+		}
+		resp.Report, resp.ReportDropped = data, dropped
+	}
 	return resp
 }
 
-// track remembers a process group for KillAll.
-func (s *server) track(pgid int) {
+// started remembers a new process group for KillAll and makes it the
+// out-of-memory killer's first choice.
+func (s *server) started(pgid int) {
 	s.mu.Lock()
 	s.groups[pgid] = true
 	s.mu.Unlock()
+	if s.opts.Agent != nil {
+		lowerPriority(pgid)
+	}
 }
 
 // killAll kills every tracked process group and the descendants of this
-// executor; inside a container also every other process but PID 1, the
-// container's main process and this executor.
-func (s *server) killAll() {
+// executor, and with an Agent every process of the agent's uid, until none
+// is left.
+func (s *server) killAll() error {
 	s.mu.Lock()
 	groups := s.groups
 	s.groups = map[int]bool{}
 	s.mu.Unlock()
-	self := os.Getpid()
 	for pgid := range groups {
 		_ = syscall.Kill(-pgid, syscall.SIGKILL)
 	}
-	for _, p := range descendants(self) {
+	for _, p := range descendants(os.Getpid()) {
 		_ = syscall.Kill(p, syscall.SIGKILL)
 	}
-	if !s.opts.Container {
-		return
+	if s.opts.Agent == nil {
+		return nil
 	}
-	// Processes that escaped with setsid and a double fork belong to no
-	// tracked group and are no longer our descendants. The container's main
-	// process is the oldest child of PID 1 running this binary; it must
-	// live, or the container stops.
-	procs := listProcs()
-	exe := selfExe()
-	mainPID := 0
-	for _, p := range procs {
-		if p.ppid == 1 && p.pid != self && (mainPID == 0 || p.pid < mainPID) {
-			if e, _ := os.Readlink("/proc/" + strconv.Itoa(p.pid) + "/exe"); e == exe {
-				mainPID = p.pid
-			}
-		}
-	}
-	for _, p := range procs {
-		if p.pid == 1 || p.pid == self || p.pid == mainPID || p.ppid == 0 {
-			continue
-		}
-		_ = syscall.Kill(p.pid, syscall.SIGKILL)
-	}
+	return killAgent(s.opts.Agent)
 }
 
 func (s *server) write(req request) error {
@@ -361,18 +407,24 @@ func (s *server) write(req request) error {
 
 func (s *server) read(req request) ([]byte, error) {
 	p := s.abs(req.Path)
-	fi, err := os.Stat(p)
+	// Opened without blocking and checked on the open file: a FIFO or a
+	// device at p must not hold the executor (or a racing rename swap in
+	// one between a check and the open).
+	f, err := os.OpenFile(p, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
 	if err != nil {
 		return nil, err
 	}
 	if fi.IsDir() {
 		return nil, &kindError{kindIsDir, p + ": is a directory"}
 	}
-	f, err := os.Open(p)
-	if err != nil {
-		return nil, err
+	if !fi.Mode().IsRegular() {
+		return nil, &kindError{kindInvalid, p + ": not a regular file (" + fi.Mode().Type().String() + ")"}
 	}
-	defer f.Close()
 	max := req.MaxBytes
 	if max <= 0 {
 		max = MaxFrame / 2

@@ -12,6 +12,11 @@ import (
 
 // Sandbox is one isolated machine (a container) for one episode.
 //
+// Two identities act in a sandbox: the agent (the sandbox user), as whom
+// Exec, WriteFile, ReadFile and ListDir run, and the sandbox's machinery,
+// which the agent can neither signal, trace nor write to, and which
+// performs KillAll, Remove and CopyIn.
+//
 // All methods are safe for concurrent use. Methods block until done or until
 // ctx is cancelled. Infrastructure failures (the container died, the daemon
 // is gone, the executor stopped answering) wrap gym.ErrSandbox; problems the
@@ -33,15 +38,18 @@ type Sandbox interface {
 	ReadFile(ctx context.Context, path string, maxBytes int64) ([]byte, error)
 	// ListDir lists a directory.
 	ListDir(ctx context.Context, path string) ([]DirEntry, error)
-	// Remove deletes path recursively; a missing path is not an error.
+	// Remove deletes path recursively with the machinery's rights, whoever
+	// owns what is there; a missing path is not an error.
 	Remove(ctx context.Context, path string) error
-	// KillAll kills every process started through the sandbox, background
-	// ones included, and anything they left behind, except the sandbox's own
-	// machinery. It runs before evaluation.
+	// KillAll kills every process of the sandbox user, background ones
+	// included and however they were started, until none is left; the
+	// sandbox's own machinery survives. It runs before evaluation.
 	KillAll(ctx context.Context) error
 	// CopyIn installs files owned by root and read-only to the sandbox user,
 	// replacing what is at their paths. It is how hidden tests arrive: the
-	// agent cannot change them, and its processes must be killed first.
+	// agent cannot change them, nor rename them or the directories they
+	// are in (a directory of the agent's that holds one gets the sticky
+	// bit), and its processes must be killed first.
 	CopyIn(ctx context.Context, files []File) error
 	// Close destroys the sandbox.
 	Close(ctx context.Context) error
@@ -119,6 +127,10 @@ type Resources struct {
 	CPUs float64
 	// PIDs limits the number of processes (default 256).
 	PIDs int64
+	// DiskBytes limits what the sandbox may write (default 4 GiB): its
+	// whole writable layer where the storage driver supports a quota,
+	// otherwise the size of each file (RLIMIT_FSIZE).
+	DiskBytes int64
 }
 
 // File is a file to place in a sandbox.
@@ -157,6 +169,15 @@ type ExecRequest struct {
 	Background bool
 	// Stdin is fed to the command.
 	Stdin []byte
+	// Report gives the command a pipe on file descriptor 3 (/dev/fd/3)
+	// for a report, e.g. a test runner's JUnit XML; it comes back in
+	// ExecResult.Report. When the command exits, every process of the
+	// sandbox user is killed (as by KillAll) and then the pipe is read to
+	// its end, so the report holds everything written to it by anyone,
+	// in order, and nothing can be added after the result is returned.
+	Report bool
+	// ReportMax caps the report kept (0 means 16 MiB).
+	ReportMax int64
 }
 
 // ExecResult is what a command did.
@@ -178,6 +199,10 @@ type ExecResult struct {
 	// PID is the process id of a background command.
 	PID      int
 	Duration time.Duration
+	// Report is what was written to the report pipe (see
+	// ExecRequest.Report); ReportDropped counts the bytes past ReportMax.
+	Report        []byte
+	ReportDropped int64
 }
 
 // Errors for problems the caller caused. They wrap the fs errors so

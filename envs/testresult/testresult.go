@@ -5,7 +5,9 @@ import (
 	"encoding/xml"
 	"errors"
 	"fmt"
+	"io"
 	"regexp"
+	"strconv"
 	"strings"
 
 	"github.com/gymserver/gymserver/gym"
@@ -35,7 +37,11 @@ type junitMessage struct {
 }
 
 // ParseJUnit reads a JUnit XML report whose root is <testsuites> or
-// <testsuite> and returns one case per <testcase>, in document order.
+// <testsuite> and returns one case per <testcase>, in document order. A
+// report is one document: anything but white space, comments and
+// processing instructions before or after the root element is an
+// *ExtraContentError (two reports written to one stream, or a report
+// with something appended to it).
 func ParseJUnit(data []byte) ([]gym.TestCase, error) {
 	if len(bytes.TrimSpace(data)) == 0 {
 		return nil, errors.New("junit: empty report")
@@ -44,8 +50,16 @@ func ParseJUnit(data []byte) ([]gym.TestCase, error) {
 		XMLName xml.Name
 		junitSuite
 	}
-	if err := xml.Unmarshal(data, &root); err != nil {
+	start, err := prologEnd(data)
+	if err != nil {
+		return nil, err
+	}
+	dec := xml.NewDecoder(bytes.NewReader(data[start:]))
+	if err := dec.Decode(&root); err != nil {
 		return nil, fmt.Errorf("junit: %w", err)
+	}
+	if err := expectEnd(dec, start); err != nil {
+		return nil, err
 	}
 	if root.XMLName.Local != "testsuites" && root.XMLName.Local != "testsuite" {
 		return nil, fmt.Errorf("junit: root element is <%s>, want <testsuites> or <testsuite>", root.XMLName.Local)
@@ -178,4 +192,93 @@ func Summarize(cases []gym.TestCase) (passed, failed, errored, skipped int) {
 		}
 	}
 	return passed, failed, errored, skipped
+}
+
+// ExtraContentError is a JUnit report with something before or after its
+// root element.
+type ExtraContentError struct {
+	// Offset is where the extra content starts.
+	Offset int64
+	What   string
+}
+
+func (e *ExtraContentError) Error() string {
+	return fmt.Sprintf("junit: %s at byte %d", e.What, e.Offset)
+}
+
+// prologEnd returns the offset of the root element, checking that only
+// an XML declaration, white space and comments come before it.
+func prologEnd(data []byte) (int64, error) {
+	dec := xml.NewDecoder(bytes.NewReader(data))
+	for {
+		off := dec.InputOffset()
+		tok, err := dec.RawToken()
+		if err != nil {
+			return 0, fmt.Errorf("junit: %w", err)
+		}
+		switch t := tok.(type) {
+		case xml.StartElement:
+			return off, nil
+		case xml.CharData:
+			if len(bytes.TrimSpace(t)) > 0 {
+				return 0, &ExtraContentError{Offset: off, What: "text before the root element"}
+			}
+		case xml.EndElement:
+			return 0, &ExtraContentError{Offset: off, What: "an end tag before the root element"}
+		}
+	}
+}
+
+// expectEnd checks that nothing but white space, comments and processing
+// instructions follows the root element.
+func expectEnd(dec *xml.Decoder, base int64) error {
+	for {
+		off := base + dec.InputOffset()
+		tok, err := dec.RawToken()
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return &ExtraContentError{Offset: off, What: "unreadable content after the root element (" + err.Error() + ")"}
+		}
+		switch t := tok.(type) {
+		case xml.CharData:
+			if len(bytes.TrimSpace(t)) > 0 {
+				return &ExtraContentError{Offset: off, What: "text after the root element"}
+			}
+		case xml.Comment:
+		case xml.ProcInst:
+			return &ExtraContentError{Offset: off, What: "a second XML declaration after the root element"}
+		default:
+			return &ExtraContentError{Offset: off, What: "markup after the root element"}
+		}
+	}
+}
+
+// summaryLine matches pytest's final line, "=== 3 failed, 7 passed in
+// 0.12s ===" (or, with -q, the same without the rules).
+var summaryLine = regexp.MustCompile(`^=*\s*((?:\d+ [a-z]+,? ?)+)in [\d.]+s`)
+
+// summaryCount matches one "N outcome" of a summary line.
+var summaryCount = regexp.MustCompile(`(\d+) ([a-z]+)`)
+
+// SummaryPassed reads pytest's own final summary line in output and returns
+// how many tests it says passed (xpassed included: JUnit reports those as
+// passes). ok is false when output has no summary line.
+func SummaryPassed(output string) (passed int, ok bool) {
+	lines := strings.Split(strings.ReplaceAll(output, "\r\n", "\n"), "\n")
+	for i := len(lines) - 1; i >= 0; i-- {
+		m := summaryLine.FindStringSubmatch(strings.TrimSpace(lines[i]))
+		if m == nil {
+			continue
+		}
+		for _, c := range summaryCount.FindAllStringSubmatch(m[1], -1) {
+			if c[2] == "passed" || c[2] == "xpassed" {
+				n, _ := strconv.Atoi(c[1])
+				passed += n
+			}
+		}
+		return passed, true
+	}
+	return 0, false
 }

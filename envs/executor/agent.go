@@ -1,0 +1,196 @@
+package executor
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// Cred is the identity the agent's commands and file operations run as
+// when the executor itself runs as root (privilege separation): the agent
+// cannot signal, trace or write to the executor, and the executor can still
+// kill everything the agent started.
+type Cred struct {
+	UID, GID int
+	// Home is the agent's home directory, from /etc/passwd ("/" when the
+	// uid has no entry).
+	Home string
+	// Name is the agent's user name ("" when the uid has no entry).
+	Name string
+}
+
+// ParseCred parses "UID:GID" and looks the uid up in /etc/passwd.
+func ParseCred(s string) (*Cred, error) {
+	u, g, ok := strings.Cut(s, ":")
+	uid, err1 := strconv.Atoi(u)
+	gid, err2 := strconv.Atoi(g)
+	if !ok || err1 != nil || err2 != nil || uid <= 0 || gid <= 0 {
+		return nil, fmt.Errorf("agent %q: want UID:GID, both above 0", s)
+	}
+	c := &Cred{UID: uid, GID: gid, Home: "/"}
+	if f, err := os.Open("/etc/passwd"); err == nil {
+		defer f.Close()
+		sc := bufio.NewScanner(f)
+		for sc.Scan() {
+			fields := strings.Split(sc.Text(), ":")
+			if len(fields) >= 6 && fields[2] == u {
+				c.Name, c.Home = fields[0], fields[5]
+				break
+			}
+		}
+	}
+	return c, nil
+}
+
+// env returns base with the agent's HOME, USER and LOGNAME, so that tools
+// that look at them (pip, git, shells) see the agent's account rather than
+// the executor's.
+func (c *Cred) env(base []string) []string {
+	out := make([]string, 0, len(base)+3)
+	for _, kv := range base {
+		k, _, _ := strings.Cut(kv, "=")
+		if k == "HOME" || k == "USER" || k == "LOGNAME" {
+			continue
+		}
+		out = append(out, kv)
+	}
+	out = append(out, "HOME="+c.Home)
+	if c.Name != "" {
+		out = append(out, "USER="+c.Name, "LOGNAME="+c.Name)
+	}
+	return out
+}
+
+// sysCred is the credential of a child process that runs as the agent.
+func (c *Cred) sysCred() *syscall.Credential {
+	return &syscall.Credential{Uid: uint32(c.UID), Gid: uint32(c.GID), Groups: []uint32{}}
+}
+
+// asAgent runs fn on an OS thread of its own whose file-system identity is
+// the agent's (setfsuid, setfsgid, no supplementary groups): files fn
+// creates belong to the agent, and fn can open only what the agent could.
+// The kernel drops the file-system capabilities of a thread whose fsuid is
+// not 0, so fn has no more file access than the agent. Credentials are per
+// thread in Linux; the thread is never given back to the Go scheduler (it
+// exits with the goroutine), so no other goroutine runs with them.
+func asAgent(c *Cred, fn func() error) error {
+	if c == nil {
+		return fn()
+	}
+	done := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		// No UnlockOSThread: the thread ends with this goroutine.
+		if _, _, e := syscall.RawSyscall(syscall.SYS_SETGROUPS, 0, 0, 0); e != 0 {
+			done <- fmt.Errorf("setgroups: %w", e)
+			return
+		}
+		syscall.RawSyscall(syscall.SYS_SETFSGID, uintptr(c.GID), 0, 0)
+		syscall.RawSyscall(syscall.SYS_SETFSUID, uintptr(c.UID), 0, 0)
+		// setfsuid reports the previous value, never an error: read the
+		// new one back to be sure it took.
+		if cur, _, _ := syscall.RawSyscall(syscall.SYS_SETFSUID, ^uintptr(0), 0, 0); int(cur) != c.UID {
+			done <- fmt.Errorf("setfsuid %d did not take (fsuid %d)", c.UID, cur)
+			return
+		}
+		done <- fn()
+	}()
+	return <-done
+}
+
+// sweepTimeout bounds killAgent.
+const sweepTimeout = 10 * time.Second
+
+// killAgent kills every process of the agent's uid, however it was started
+// and whatever its parent, until none is left. Each round is one
+// kill(-1, SIGKILL) sent from a thread whose real and effective uid are the
+// agent's: the kernel delivers it to every process that uid may signal,
+// which is exactly the agent's processes, while holding the task list
+// lock, so a process cannot fork its way out between the listing and the
+// kill. A process with a pending SIGKILL cannot fork either. Rounds repeat
+// until /proc shows no live process of the uid.
+func killAgent(c *Cred) error {
+	deadline := time.Now().Add(sweepTimeout)
+	for {
+		if err := killAsAgent(c); err != nil {
+			return err
+		}
+		left := agentProcs(c.UID)
+		if len(left) == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%d processes of uid %d survive SIGKILL (pids %v)", len(left), c.UID, left)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// killAsAgent sends SIGKILL to -1 from a thread with the agent's uid.
+func killAsAgent(c *Cred) error {
+	done := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		// No UnlockOSThread: this thread has given up root for good.
+		if _, _, e := syscall.RawSyscall(syscall.SYS_SETRESUID, uintptr(c.UID), uintptr(c.UID), uintptr(c.UID)); e != 0 {
+			done <- fmt.Errorf("setresuid %d: %w", c.UID, e)
+			return
+		}
+		err := syscall.Kill(-1, syscall.SIGKILL)
+		if errors.Is(err, syscall.ESRCH) {
+			err = nil // nothing to kill
+		}
+		done <- err
+	}()
+	return <-done
+}
+
+// agentProcs lists the live (not zombie) processes whose real uid is uid.
+func agentProcs(uid int) []int {
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil
+	}
+	var out []int
+	want := strconv.Itoa(uid)
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "status"))
+		if err != nil {
+			continue
+		}
+		var state, realUID string
+		for _, line := range strings.Split(string(b), "\n") {
+			switch {
+			case strings.HasPrefix(line, "State:"):
+				state = strings.TrimSpace(strings.TrimPrefix(line, "State:"))
+			case strings.HasPrefix(line, "Uid:"):
+				if f := strings.Fields(strings.TrimPrefix(line, "Uid:")); len(f) > 0 {
+					realUID = f[0]
+				}
+			}
+		}
+		if realUID == want && !strings.HasPrefix(state, "Z") && !strings.HasPrefix(state, "X") {
+			out = append(out, pid)
+		}
+	}
+	return out
+}
+
+// lowerPriority makes pid the first choice of the out-of-memory killer, so
+// that an agent that exhausts the sandbox's memory loses its own processes
+// rather than the executor or the container's init. Its children inherit
+// the score.
+func lowerPriority(pid int) {
+	_ = os.WriteFile("/proc/"+strconv.Itoa(pid)+"/oom_score_adj", []byte("1000"), 0)
+}
