@@ -90,6 +90,15 @@ type Environment struct {
 // Dest, an absolute path inside the sandbox. In the file a copy is either
 // an object {"src", "dest"} or a bare path, which copies the folder into
 // the working directory under its own name.
+//
+// Symlinks, Src itself or any below it, are followed wherever they point:
+// a link to a file copies the file's content under the link's name, a link
+// to a folder copies the folder's files under it. Folders named
+// __pycache__, .git or .pytest_cache are left out. Nothing else is: a
+// dangling symlink, a symlink loop, a special file (FIFO, socket, device),
+// a folder with no file to copy, more than 64 MiB or 100000 entries, or a
+// tree more than 64 folders deep fails Load, and Files, with the host path
+// at fault. A copy is never silently smaller than its source.
 type CopySpec struct {
 	Src  string `json:"src"`
 	Dest string `json:"dest"`
