@@ -72,6 +72,12 @@ type Environment struct {
 
 	// HiddenTests are copied in only for evaluation, after the agent is
 	// done; whatever the agent left at their destinations is removed first.
+	// So Load refuses a destination that is or contains the working
+	// directory, a system folder (/, /usr, /etc, /tmp, ...) or another
+	// hidden-test destination, or that lies below /proc, /sys, /dev or
+	// /.gymserver; one that overlaps a CopyFolders destination (equal, one
+	// inside the other, or a folder copied above it that puts files in
+	// it); and a Reference file written into it.
 	HiddenTests []CopySpec `json:"hidden_tests"`
 	// Reference is a known solution, applied by `validate --solve` and the
 	// oracle policy; nil when the task has none.

@@ -209,6 +209,154 @@ func TestCopyFilesRecheck(t *testing.T) {
 	}
 }
 
+func TestDestinations(t *testing.T) {
+	files := map[string]string{
+		"starter/main.py":             "s",
+		"starter_tests/tests/test.py": "s",
+		"starter_tests/main.py":       "s",
+		"tests/test_x.py":             "t",
+		"tests2/test_y.py":            "t",
+		"solution/main.py":            "r",
+		"solution_tree/main.py":       "r",
+		"solution_tree/tests/x.py":    "r",
+	}
+	for _, tc := range []struct {
+		name   string
+		fields string // JSON fields of the environment
+		// wantErr is a part of the load error; "" means it loads.
+		wantErr string
+	}{
+		{
+			name: "examples_shape",
+			fields: `"copy_folders": [{"src": "starter", "dest": "/workspace"}],
+				"hidden_tests": [{"src": "tests", "dest": "/workspace/tests"}],
+				"reference_solution": {"files": [{"src": "solution/main.py", "dest": "/workspace/main.py"}]}`,
+		},
+		{
+			name:   "outside_workdir",
+			fields: `"hidden_tests": [{"src": "tests", "dest": "/opt/task_tests"}, {"src": "tests2", "dest": "/workspace/tests2"}]`,
+		},
+		{
+			name:    "workdir",
+			fields:  `"hidden_tests": [{"src": "tests", "dest": "/workspace"}]`,
+			wantErr: `environments[0].hidden_tests[0].dest: "/workspace" is the working_directory`,
+		},
+		{
+			name:    "workdir_relative",
+			fields:  `"working_directory": "/srv/app", "hidden_tests": [{"src": "tests", "dest": "."}]`,
+			wantErr: `environments[0].hidden_tests[0].dest: "/srv/app" is the working_directory`,
+		},
+		{
+			name:    "contains_workdir",
+			fields:  `"working_directory": "/workspace/app", "hidden_tests": [{"src": "tests", "dest": "/workspace"}]`,
+			wantErr: `environments[0].hidden_tests[0].dest: "/workspace" contains the working_directory "/workspace/app"`,
+		},
+		{
+			name: "equal_to_copy",
+			fields: `"copy_folders": [{"src": "starter", "dest": "/workspace/tests"}],
+				"hidden_tests": [{"src": "tests", "dest": "/workspace/tests"}]`,
+			wantErr: `environments[0].hidden_tests[0].dest: "/workspace/tests" overlaps environments[0].copy_folders[0].dest "/workspace/tests"`,
+		},
+		{
+			name: "copy_inside",
+			fields: `"copy_folders": ["starter", {"src": "starter", "dest": "tests/fixtures"}],
+				"hidden_tests": [{"src": "tests", "dest": "/workspace/tests"}]`,
+			wantErr: `environments[0].hidden_tests[0].dest: "/workspace/tests" overlaps environments[0].copy_folders[1].dest "/workspace/tests/fixtures"`,
+		},
+		{
+			name: "copy_above_with_files_inside",
+			fields: `"copy_folders": [{"src": "starter_tests", "dest": "/workspace"}],
+				"hidden_tests": [{"src": "tests", "dest": "/workspace/tests"}]`,
+			wantErr: `environments[0].hidden_tests[0].dest: "/workspace/tests" overlaps environments[0].copy_folders[0].dest, which copies /workspace/tests/test.py there`,
+		},
+		{
+			name: "bare_copy_equal",
+			fields: `"copy_folders": ["tests"],
+				"hidden_tests": [{"src": "tests2", "dest": "/workspace/tests"}]`,
+			wantErr: `environments[0].hidden_tests[0].dest: "/workspace/tests" overlaps environments[0].copy_folders[0].dest "/workspace/tests"`,
+		},
+		{
+			name:    "root",
+			fields:  `"hidden_tests": [{"src": "tests", "dest": "/"}]`,
+			wantErr: `environments[0].hidden_tests[0].dest: must not be /`,
+		},
+		{
+			name:    "root_file",
+			fields:  `"hidden_tests": [{"src": "tests/test_x.py", "dest": "/"}]`,
+			wantErr: `environments[0].hidden_tests[0].dest: "/": a file there would replace the working_directory "/workspace"`,
+		},
+		{
+			name:    "usr",
+			fields:  `"hidden_tests": [{"src": "tests", "dest": "/usr"}]`,
+			wantErr: `environments[0].hidden_tests[0].dest: "/usr" contains the system folder /usr`,
+		},
+		{
+			name:    "usr_local",
+			fields:  `"hidden_tests": [{"src": "tests", "dest": "/usr/local/"}]`,
+			wantErr: `environments[0].hidden_tests[0].dest: "/usr/local" contains the system folder /usr/local`,
+		},
+		{
+			name:    "tmp",
+			fields:  `"hidden_tests": [{"src": "tests", "dest": "/tmp"}]`,
+			wantErr: `environments[0].hidden_tests[0].dest: "/tmp" contains the system folder /tmp`,
+		},
+		{
+			name:    "etc_dotdot",
+			fields:  `"hidden_tests": [{"src": "tests", "dest": "../etc"}]`,
+			wantErr: `environments[0].hidden_tests[0].dest: "/etc" contains the system folder /etc`,
+		},
+		{
+			name:    "inside_proc",
+			fields:  `"hidden_tests": [{"src": "tests", "dest": "/proc/tests"}]`,
+			wantErr: `environments[0].hidden_tests[0].dest: "/proc/tests" is inside /proc, which is not for task files`,
+		},
+		{
+			name:    "inside_gymserver",
+			fields:  `"hidden_tests": [{"src": "tests", "dest": "/.gymserver/tests"}]`,
+			wantErr: `environments[0].hidden_tests[0].dest: "/.gymserver/tests" is inside /.gymserver`,
+		},
+		{
+			name:    "two_equal",
+			fields:  `"hidden_tests": [{"src": "tests", "dest": "/workspace/tests"}, {"src": "tests2", "dest": "/workspace/tests"}]`,
+			wantErr: `environments[0].hidden_tests[1].dest: "/workspace/tests" overlaps environments[0].hidden_tests[0].dest "/workspace/tests"`,
+		},
+		{
+			name:    "one_inside_another",
+			fields:  `"hidden_tests": [{"src": "tests", "dest": "/workspace/tests/unit"}, {"src": "tests2", "dest": "/workspace/tests"}]`,
+			wantErr: `environments[0].hidden_tests[1].dest: "/workspace/tests" overlaps environments[0].hidden_tests[0].dest "/workspace/tests/unit"`,
+		},
+		{
+			name: "reference_file_in_hidden_root",
+			fields: `"hidden_tests": [{"src": "tests", "dest": "/workspace/tests"}],
+				"reference_solution": {"files": [{"src": "solution/main.py", "dest": "tests/main.py"}]}`,
+			wantErr: `environments[0].reference_solution.files[0].dest: writes /workspace/tests/main.py inside environments[0].hidden_tests[0].dest "/workspace/tests"`,
+		},
+		{
+			name: "reference_folder_into_hidden_root",
+			fields: `"hidden_tests": [{"src": "tests", "dest": "/workspace/tests"}],
+				"reference_solution": {"files": [{"src": "solution_tree", "dest": "/workspace"}]}`,
+			wantErr: `environments[0].reference_solution.files[0].dest: writes /workspace/tests/x.py inside environments[0].hidden_tests[0].dest "/workspace/tests"`,
+		},
+		{
+			name:    "reference_file_on_workdir",
+			fields:  `"reference_solution": {"files": [{"src": "solution/main.py", "dest": "/workspace"}]}`,
+			wantErr: `environments[0].reference_solution.files[0].dest: "/workspace": a file there would replace the working_directory "/workspace"`,
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			tree(t, dir, files)
+			_, err := loadEnv(t, dir, tc.fields)
+			switch {
+			case tc.wantErr == "" && err != nil:
+				t.Fatal(err)
+			case tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)):
+				t.Fatalf("error %v, want one containing %q", err, tc.wantErr)
+			}
+		})
+	}
+}
+
 // TestExamplesLoad checks that the shipped examples pass every check.
 func TestExamplesLoad(t *testing.T) {
 	configs, _ := filepath.Glob("../../examples/*/config.json")

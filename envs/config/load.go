@@ -729,19 +729,23 @@ func (d *decoder) environment(path string, raw json.RawMessage, global Timeouts)
 	})
 	_, ownTimeouts := obj["timeout_config"]
 	d.checkEnvironment(path, &e, ownTimeouts)
+	var copyEntries, hiddenEntries, refEntries []copyEntry
 	for i, c := range copies {
 		if ce, ok := d.copySpec(index(copiesPath, i), c, e.WorkingDirectory); ok {
 			e.CopyFolders = append(e.CopyFolders, ce.spec)
+			copyEntries = append(copyEntries, ce)
 		}
 	}
 	for i, c := range hidden {
 		if ce, ok := d.copySpec(index(hiddenPath, i), c, e.WorkingDirectory); ok {
 			e.HiddenTests = append(e.HiddenTests, ce.spec)
+			hiddenEntries = append(hiddenEntries, ce)
 		}
 	}
 	if refFiles != nil {
-		refFiles(e.WorkingDirectory)
+		refEntries = refFiles(e.WorkingDirectory)
 	}
+	d.checkDestinations(e.WorkingDirectory, copyEntries, hiddenEntries, refEntries)
 	return e, true
 }
 
