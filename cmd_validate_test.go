@@ -137,3 +137,38 @@ func TestValidateChecksPlugins(t *testing.T) {
 		}
 	}
 }
+
+// TestValidateOverlappingDestinations checks that validate, without
+// --solve, refuses hidden tests that a copy_folders entry also fills.
+func TestValidateOverlappingDestinations(t *testing.T) {
+	dir := t.TempDir()
+	for name, content := range map[string]string{
+		"starter/main.py":    "print('hi')\n",
+		"tests/test_main.py": "def test_main(): pass\n",
+	} {
+		p := filepath.Join(dir, name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cfg := filepath.Join(dir, "config.json")
+	if err := os.WriteFile(cfg, []byte(`{"environments": [{"id": "x", "docker_image": "i", "unit_tests": ["t"], "prompt": "p",
+		"copy_folders": [{"src": "starter", "dest": "/workspace/tests"}],
+		"hidden_tests": [{"src": "tests", "dest": "/workspace/tests"}]}]}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var stdout, stderr bytes.Buffer
+	if code := run(context.Background(), []string{"validate", cfg}, &stdout, &stderr); code == 0 {
+		t.Fatal("a config with overlapping destinations validated")
+	}
+	want := `environments[0].hidden_tests[0].dest: "/workspace/tests" overlaps environments[0].copy_folders[0].dest`
+	if !strings.Contains(stderr.String(), want) {
+		t.Errorf("stderr lacks %q:\n%s", want, stderr.String())
+	}
+	if stdout.Len() != 0 {
+		t.Errorf("stdout %q, want nothing", stdout.String())
+	}
+}

@@ -72,6 +72,12 @@ type Environment struct {
 
 	// HiddenTests are copied in only for evaluation, after the agent is
 	// done; whatever the agent left at their destinations is removed first.
+	// So Load refuses a destination that is or contains the working
+	// directory, a system folder (/, /usr, /etc, /tmp, ...) or another
+	// hidden-test destination, or that lies below /proc, /sys, /dev or
+	// /.gymserver; one that overlaps a CopyFolders destination (equal, one
+	// inside the other, or a folder copied above it that puts files in
+	// it); and a Reference file written into it.
 	HiddenTests []CopySpec `json:"hidden_tests"`
 	// Reference is a known solution, applied by `validate --solve` and the
 	// oracle policy; nil when the task has none.
@@ -90,6 +96,15 @@ type Environment struct {
 // Dest, an absolute path inside the sandbox. In the file a copy is either
 // an object {"src", "dest"} or a bare path, which copies the folder into
 // the working directory under its own name.
+//
+// Symlinks, Src itself or any below it, are followed wherever they point:
+// a link to a file copies the file's content under the link's name, a link
+// to a folder copies the folder's files under it. Folders named
+// __pycache__, .git or .pytest_cache are left out. Nothing else is: a
+// dangling symlink, a symlink loop, a special file (FIFO, socket, device),
+// a folder with no file to copy, more than 64 MiB or 100000 entries, or a
+// tree more than 64 folders deep fails Load, and Files, with the host path
+// at fault. A copy is never silently smaller than its source.
 type CopySpec struct {
 	Src  string `json:"src"`
 	Dest string `json:"dest"`

@@ -624,7 +624,7 @@ func (d *decoder) environment(path string, raw json.RawMessage, global Timeouts)
 	var copiesPath, hiddenPath string
 	// refFiles finishes the reference solution once the working directory,
 	// which its files default to, is known.
-	var refFiles func(workdir string)
+	var refFiles func(workdir string) []copyEntry
 	d.apply(path, obj, fields{
 		"id":                d.str(&e.ID),
 		"description":       d.str(&e.Description),
@@ -669,15 +669,19 @@ func (d *decoder) environment(path string, raw json.RawMessage, global Timeouts)
 				"commands": d.strings(&ref.Commands),
 			})
 			e.Reference = ref
-			refFiles = func(workdir string) {
+			refFiles = func(workdir string) []copyEntry {
+				var entries []copyEntry
 				for i, fr := range files {
 					if c, ok := d.copySpec(index(filesPath, i), fr, workdir); ok {
-						ref.Files = append(ref.Files, c)
+						ref.Files = append(ref.Files, c.spec)
+						entries = append(entries, c)
 					}
 				}
-				if len(ref.Files) == 0 && len(ref.Commands) == 0 {
+				// A file that failed has its own error already.
+				if len(files) == 0 && len(ref.Commands) == 0 {
 					d.fail(p, "a reference solution needs files or commands")
 				}
+				return entries
 			}
 		},
 		"reward": func(p string, r json.RawMessage) {
@@ -725,19 +729,23 @@ func (d *decoder) environment(path string, raw json.RawMessage, global Timeouts)
 	})
 	_, ownTimeouts := obj["timeout_config"]
 	d.checkEnvironment(path, &e, ownTimeouts)
+	var copyEntries, hiddenEntries, refEntries []copyEntry
 	for i, c := range copies {
-		if cs, ok := d.copySpec(index(copiesPath, i), c, e.WorkingDirectory); ok {
-			e.CopyFolders = append(e.CopyFolders, cs)
+		if ce, ok := d.copySpec(index(copiesPath, i), c, e.WorkingDirectory); ok {
+			e.CopyFolders = append(e.CopyFolders, ce.spec)
+			copyEntries = append(copyEntries, ce)
 		}
 	}
 	for i, c := range hidden {
-		if cs, ok := d.copySpec(index(hiddenPath, i), c, e.WorkingDirectory); ok {
-			e.HiddenTests = append(e.HiddenTests, cs)
+		if ce, ok := d.copySpec(index(hiddenPath, i), c, e.WorkingDirectory); ok {
+			e.HiddenTests = append(e.HiddenTests, ce.spec)
+			hiddenEntries = append(hiddenEntries, ce)
 		}
 	}
 	if refFiles != nil {
-		refFiles(e.WorkingDirectory)
+		refEntries = refFiles(e.WorkingDirectory)
 	}
+	d.checkDestinations(e.WorkingDirectory, copyEntries, hiddenEntries, refEntries)
 	return e, true
 }
 
@@ -797,43 +805,4 @@ func (d *decoder) checkEnvironment(path string, e *Environment, ownTimeouts bool
 	if e.MaxOutput < 256 {
 		d.fail(join(path, "max_output"), "must be at least 256 bytes, got %d", e.MaxOutput)
 	}
-}
-
-// copySpec reads a copy entry: a bare path (the folder goes into workdir
-// under its own name) or {"src", "dest"}. Src must exist.
-func (d *decoder) copySpec(path string, raw json.RawMessage, workdir string) (CopySpec, bool) {
-	var c CopySpec
-	var s string
-	if json.Unmarshal(raw, &s) == nil {
-		c.Src = s
-	} else {
-		obj, ok := d.object(path, raw)
-		if !ok {
-			return c, false
-		}
-		d.apply(path, obj, fields{"src": d.str(&c.Src), "dest": d.str(&c.Dest)})
-	}
-	if c.Src == "" {
-		d.fail(path, "missing src")
-		return c, false
-	}
-	if !filepath.IsAbs(c.Src) {
-		c.Src = filepath.Join(d.dir, c.Src)
-	}
-	st, err := os.Stat(c.Src)
-	if err != nil {
-		d.fail(path, "src: %v", err)
-		return c, false
-	}
-	if c.Dest == "" {
-		c.Dest = workdir + "/" + filepath.Base(c.Src)
-	} else if !strings.HasPrefix(c.Dest, "/") {
-		c.Dest = workdir + "/" + c.Dest
-	}
-	c.Dest = filepath.Clean(c.Dest)
-	if st.IsDir() && c.Dest == "/" {
-		d.fail(path, "dest must not be /")
-		return c, false
-	}
-	return c, true
 }
