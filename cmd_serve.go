@@ -25,6 +25,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	maxConnSessions := fs.Int("max-sessions-per-conn", server.DefaultMaxSessionsPerConn, "most open sessions on one connection")
 	maxInflight := fs.Int("max-inflight", server.DefaultMaxInflightPerConn, "most requests in flight on one connection")
 	maxResets := fs.Int("max-resets", server.DefaultMaxConcurrentResets, "most resets (container starts) running at once")
+	maxQueued := fs.Int64("max-queued-bytes", server.DefaultMaxQueuedBytesPerConn, "most bytes of unanswered requests (decoded size) one connection holds; at least --max-frame-bytes")
 	maxConnSnapshots := fs.Int("max-snapshots-per-conn", server.DefaultMaxSnapshotsPerConn, "most snapshots one connection holds (each is an image until dropped)")
 	resetWait := fs.Duration("reset-wait", server.DefaultResetWait, "how long a reset waits for a start slot")
 	idleTTL := fs.Duration("idle-ttl", server.DefaultIdleSessionTTL, "close sessions without requests for this long")
@@ -67,20 +68,21 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		return 1
 	}
 	srv, err := server.New(server.Options{
-		Registry:            reg,
-		Token:               *token,
-		Logger:              logger,
-		Version:             version(),
-		MaxFrameBytes:       *maxFrame,
-		MaxSessions:         *maxSessions,
-		MaxSessionsPerConn:  *maxConnSessions,
-		MaxInflightPerConn:  *maxInflight,
-		MaxConcurrentResets: *maxResets,
-		MaxSnapshotsPerConn: *maxConnSnapshots,
-		ResetWait:           *resetWait,
-		IdleSessionTTL:      *idleTTL,
-		PingInterval:        *pingInterval,
-		DrainTimeout:        *drainTimeout,
+		Registry:              reg,
+		Token:                 *token,
+		Logger:                logger,
+		Version:               version(),
+		MaxFrameBytes:         *maxFrame,
+		MaxSessions:           *maxSessions,
+		MaxSessionsPerConn:    *maxConnSessions,
+		MaxInflightPerConn:    *maxInflight,
+		MaxConcurrentResets:   *maxResets,
+		MaxSnapshotsPerConn:   *maxConnSnapshots,
+		MaxQueuedBytesPerConn: *maxQueued,
+		ResetWait:             *resetWait,
+		IdleSessionTTL:        *idleTTL,
+		PingInterval:          *pingInterval,
+		DrainTimeout:          *drainTimeout,
 	})
 	if err != nil {
 		closeEnvs(context.WithoutCancel(ctx))

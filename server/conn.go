@@ -40,7 +40,10 @@ type conn struct {
 	writerDone chan struct{} // closed when the writer has stopped
 	handlers   sync.WaitGroup
 	inflight   atomic.Int64
-	pongWait   time.Duration
+	// queued is the decoded size of the requests holding a slot: read,
+	// not yet answered (see acquire).
+	queued   atomic.Int64
+	pongWait time.Duration
 
 	// mu guards the fields below.
 	mu        sync.Mutex
@@ -242,19 +245,24 @@ func (c *conn) dispatch(frame []byte) {
 			c.reply(req.ID, nil, errDraining())
 			return
 		}
-		c.spawn(req.ID, func() { c.reset(req) })
+		c.spawn(req.ID, requestBytes(&req), func() { c.reset(req) })
 	case wire.OpStep, wire.OpEvaluate, wire.OpSnapshot:
 		c.queue(req)
 	case wire.OpClose:
-		c.spawn(req.ID, func() { c.closeSession(req) })
+		// close and drop_snapshot are how a client frees what holds the
+		// budget, so it never refuses them: they keep only their ids,
+		// which are short or else answered at once as unknown.
+		req := wire.Request{ID: req.ID, Op: req.Op, Session: req.Session}
+		c.spawn(req.ID, 0, func() { c.closeSession(req) })
 	case wire.OpFork:
 		if c.srv.draining.Load() {
 			c.reply(req.ID, nil, errDraining())
 			return
 		}
-		c.spawn(req.ID, func() { c.fork(req) })
+		c.spawn(req.ID, requestBytes(&req), func() { c.fork(req) })
 	case wire.OpDropSnapshot:
-		c.spawn(req.ID, func() { c.dropSnapshot(req) })
+		req := wire.Request{ID: req.ID, Op: req.Op, Snapshot: req.Snapshot}
+		c.spawn(req.ID, 0, func() { c.dropSnapshot(req) })
 	default:
 		c.reply(req.ID, nil, errorf(gym.ClassInvalidArgument, wire.ReasonUnknownOp,
 			"unknown op %q (want %s)", req.Op, strings.Join(c.srv.hello.Ops, ", ")))
@@ -275,34 +283,113 @@ func errDraining() error {
 	return errorf(gym.ClassUnavailable, wire.ReasonDraining, "server is shutting down; retry on another server")
 }
 
-// acquire claims an in-flight slot for a request.
-func (c *conn) acquire(id uint64) bool {
+// acquire claims an in-flight slot and size bytes of the connection's
+// queued-bytes budget for a request that will be answered later; when
+// either is exhausted it answers the request at once and returns false.
+// Refusing rather than pausing the reader keeps close, hello and pongs
+// flowing while the budget is full. Only the reader calls acquire, so the
+// budget cannot be overdrawn: releases only lower it.
+func (c *conn) acquire(id uint64, size int64) bool {
 	if c.inflight.Add(1) > int64(c.srv.opts.MaxInflightPerConn) {
 		c.inflight.Add(-1)
 		c.reply(id, nil, errorf(gym.ClassResourceExhausted, wire.ReasonMaxInflight,
 			"connection has %d requests in flight, the maximum (max_inflight_per_connection)", c.srv.opts.MaxInflightPerConn))
 		return false
 	}
+	max := c.srv.opts.MaxQueuedBytesPerConn
+	if have := c.queued.Load(); size > max-have {
+		c.inflight.Add(-1)
+		c.reply(id, nil, errorf(gym.ClassResourceExhausted, wire.ReasonMaxQueuedBytes,
+			"request of %d bytes does not fit: connection holds %d of at most %d bytes of unanswered requests (max_queued_bytes_per_connection); resend it once earlier requests are answered",
+			size, have, max))
+		return false
+	}
+	c.queued.Add(size)
+	c.srv.metrics.queuedBytes.Add(float64(size))
 	c.handlers.Add(1)
 	c.srv.inflight.add()
 	return true
 }
 
-func (c *conn) releaseSlot() {
+// releaseSlot gives back what acquire claimed; the request has been
+// answered.
+func (c *conn) releaseSlot(size int64) {
 	c.srv.inflight.done()
+	c.srv.metrics.queuedBytes.Sub(float64(size))
+	c.queued.Add(-size)
 	c.inflight.Add(-1)
 	c.handlers.Done()
 }
 
-// spawn runs fn in its own goroutine as request id.
-func (c *conn) spawn(id uint64, fn func()) {
-	if !c.acquire(id) {
+// spawn runs fn in its own goroutine as request id, of size bytes (see
+// requestBytes).
+func (c *conn) spawn(id uint64, size int64, fn func()) {
+	if !c.acquire(id, size) {
 		return
 	}
 	go func() {
-		defer c.releaseSlot()
+		defer c.releaseSlot(size)
 		fn()
 	}()
+}
+
+// Approximate sizes of decoded structures, for requestBytes.
+const (
+	// requestOverhead covers a wire.Request and the goroutine that
+	// serves it (whose stack starts at 2 KiB).
+	requestOverhead = 4 << 10
+	// toolCallOverhead covers a wire.ToolCall and the gym.ToolCall made
+	// from it.
+	toolCallOverhead = 160
+	// valueOverhead covers one option value: its interface and its map
+	// entry or slice element.
+	valueOverhead = 48
+)
+
+// requestBytes estimates the memory a decoded request keeps until it is
+// answered: its strings, which are copies of the frame's bytes, and its
+// decoded structures. The frame itself is not kept, so this is what
+// max_queued_bytes_per_connection counts. A frame of many tiny values
+// decodes to more than its length; one large text or arguments string to
+// about its length.
+func requestBytes(req *wire.Request) int64 {
+	n := requestOverhead + len(req.Client) + len(req.Op) + len(req.Env) + len(req.Task) +
+		len(req.Session) + len(req.Parser) + len(req.Snapshot)
+	if req.Text != nil {
+		n += len(*req.Text)
+	}
+	for _, tc := range req.ToolCalls {
+		n += toolCallOverhead + len(tc.ID) + len(tc.Type) + len(tc.Function.Name) + len(tc.Function.Arguments)
+	}
+	if req.Options != nil {
+		n += valueBytes(req.Options)
+	}
+	return int64(n)
+}
+
+// valueBytes estimates the memory of a msgpack-decoded value. Its depth is
+// bounded by wire.MaxDepth.
+func valueBytes(v any) int {
+	n := valueOverhead
+	switch x := v.(type) {
+	case string:
+		n += len(x)
+	case []byte:
+		n += len(x)
+	case []any:
+		for _, e := range x {
+			n += valueBytes(e)
+		}
+	case map[string]any:
+		for k, e := range x {
+			n += len(k) + valueBytes(e)
+		}
+	case map[any]any:
+		for k, e := range x {
+			n += valueBytes(k) + valueBytes(e)
+		}
+	}
+	return n
 }
 
 // lookup returns the session with the given id: live, or closed (a
@@ -479,7 +566,7 @@ func (c *conn) queue(req wire.Request) {
 	if err == nil && !live {
 		if req.Op == wire.OpEvaluate {
 			// A closed session still answers with its evaluation.
-			c.spawn(req.ID, func() { c.evaluateClosed(req, s) })
+			c.spawn(req.ID, requestBytes(&req), func() { c.evaluateClosed(req, s) })
 			return
 		}
 		err = s.closedErr()
@@ -496,17 +583,18 @@ func (c *conn) queue(req wire.Request) {
 		c.reply(req.ID, nil, err)
 		return
 	}
-	if !c.acquire(req.ID) {
+	size := requestBytes(&req)
+	if !c.acquire(req.ID, size) {
 		return
 	}
 	prev, done, err := s.enqueue()
 	if err != nil {
-		c.releaseSlot()
 		c.reply(req.ID, nil, err)
+		c.releaseSlot(size)
 		return
 	}
 	go func() {
-		defer c.releaseSlot()
+		defer c.releaseSlot(size)
 		defer s.finish(done)
 		if prev != nil {
 			<-prev

@@ -3,8 +3,9 @@
 //
 // A Server holds the session table of every connection, enforces the
 // limits (frame size, sessions per server and per connection, in-flight
-// requests, concurrent resets, idle-session TTL), authenticates the upgrade
-// with a bearer token, exports Prometheus metrics and drains gracefully.
+// requests and their bytes, concurrent resets, idle-session TTL),
+// authenticates the upgrade with a bearer token, exports Prometheus
+// metrics and drains gracefully.
 // Environments come from an injected Registry, so the server never depends
 // on a concrete environment.
 //

@@ -16,6 +16,7 @@ type metrics struct {
 	snapshot    *prometheus.HistogramVec
 	fork        *prometheus.HistogramVec
 	requests    *prometheus.CounterVec
+	queuedBytes prometheus.Gauge
 	errors      *prometheus.CounterVec
 }
 
@@ -50,11 +51,15 @@ func newMetrics(containers func() float64) *metrics {
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "gymserver_requests_total", Help: "Requests received, by op.",
 		}, []string{"op"}),
+		queuedBytes: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "gymserver_queued_request_bytes",
+			Help: "Decoded size of the requests read and not yet answered, over all connections (each bounded by max_queued_bytes_per_connection).",
+		}),
 		errors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "gymserver_errors_total", Help: "Error responses, by code (gym error class).",
 		}, []string{"code"}),
 	}
-	m.reg.MustRegister(m.sessions, m.connections, m.step, m.reset, m.snapshots, m.snapshot, m.fork, m.requests, m.errors,
+	m.reg.MustRegister(m.sessions, m.connections, m.step, m.reset, m.snapshots, m.snapshot, m.fork, m.requests, m.queuedBytes, m.errors,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "gymserver_containers", Help: "Sandbox containers held by the server's sessions.",
 		}, containers),

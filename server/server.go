@@ -62,6 +62,12 @@ type Options struct {
 	MaxConcurrentResets int
 	// MaxSnapshotsPerConn bounds the snapshots one connection holds.
 	MaxSnapshotsPerConn int
+	// MaxQueuedBytesPerConn bounds the memory held by the requests one
+	// connection has sent and not yet had answered, counted as their
+	// decoded size (PROTOCOL.md §5). A request that does not fit is
+	// refused at once with resource_exhausted / max_queued_bytes. It must
+	// be at least MaxFrameBytes.
+	MaxQueuedBytesPerConn int64
 	// ResetWait is how long a reset waits for a start slot.
 	ResetWait time.Duration
 	// IdleSessionTTL closes sessions without requests for this long.
@@ -88,6 +94,10 @@ const (
 	DefaultPingInterval        = 15 * time.Second
 	DefaultDrainTimeout        = 5 * time.Minute
 	DefaultCloseTimeout        = 2 * time.Minute
+
+	// DefaultMaxQueuedBytesPerConn is four frames of the default
+	// wire.DefaultMaxFrameBytes.
+	DefaultMaxQueuedBytesPerConn = 64 << 20
 )
 
 // setDefaults fills the zero fields of o.
@@ -109,6 +119,7 @@ func (o *Options) setDefaults() {
 	setDefault(&o.MaxInflightPerConn, DefaultMaxInflightPerConn)
 	setDefault(&o.MaxConcurrentResets, DefaultMaxConcurrentResets)
 	setDefault(&o.MaxSnapshotsPerConn, DefaultMaxSnapshotsPerConn)
+	setDefault(&o.MaxQueuedBytesPerConn, DefaultMaxQueuedBytesPerConn)
 	setDefault(&o.ResetWait, DefaultResetWait)
 	setDefault(&o.IdleSessionTTL, DefaultIdleSessionTTL)
 	setDefault(&o.PingInterval, DefaultPingInterval)
@@ -139,6 +150,7 @@ func (o *Options) Validate() error {
 	positive("max in-flight requests per connection", int64(o.MaxInflightPerConn))
 	positive("max concurrent resets", int64(o.MaxConcurrentResets))
 	positive("max snapshots per connection", int64(o.MaxSnapshotsPerConn))
+	positive("max queued bytes per connection", o.MaxQueuedBytesPerConn)
 	positive("reset wait", int64(o.ResetWait))
 	positive("idle session ttl", int64(o.IdleSessionTTL))
 	positive("ping interval", int64(o.PingInterval))
@@ -146,6 +158,11 @@ func (o *Options) Validate() error {
 	positive("close timeout", int64(o.CloseTimeout))
 	if o.MaxFrameBytes > 0 && o.MaxFrameBytes < 1024 {
 		errs = append(errs, fmt.Errorf("max frame bytes must be at least 1024, got %d", o.MaxFrameBytes))
+	}
+	// A smaller budget would refuse frames the frame limit allows, even
+	// on an idle connection.
+	if o.MaxQueuedBytesPerConn > 0 && o.MaxQueuedBytesPerConn < o.MaxFrameBytes {
+		errs = append(errs, fmt.Errorf("max queued bytes per connection must be at least max frame bytes (%d), got %d", o.MaxFrameBytes, o.MaxQueuedBytesPerConn))
 	}
 	return errors.Join(errs...)
 }
@@ -225,16 +242,17 @@ func New(o Options) (*Server, error) {
 		Parsers:       toolparse.Parsers(),
 		Capabilities:  caps,
 		Limits: wire.Limits{
-			MaxFrameBytes:             o.MaxFrameBytes,
-			MaxSessions:               o.MaxSessions,
-			MaxSessionsPerConnection:  o.MaxSessionsPerConn,
-			MaxInflightPerConnection:  o.MaxInflightPerConn,
-			MaxConcurrentResets:       o.MaxConcurrentResets,
-			ResetWait:                 o.ResetWait.Seconds(),
-			IdleSessionTTL:            o.IdleSessionTTL.Seconds(),
-			PingInterval:              o.PingInterval.Seconds(),
-			MaxDepth:                  wire.MaxDepth,
-			MaxSnapshotsPerConnection: o.MaxSnapshotsPerConn,
+			MaxFrameBytes:               o.MaxFrameBytes,
+			MaxSessions:                 o.MaxSessions,
+			MaxSessionsPerConnection:    o.MaxSessionsPerConn,
+			MaxInflightPerConnection:    o.MaxInflightPerConn,
+			MaxConcurrentResets:         o.MaxConcurrentResets,
+			ResetWait:                   o.ResetWait.Seconds(),
+			IdleSessionTTL:              o.IdleSessionTTL.Seconds(),
+			PingInterval:                o.PingInterval.Seconds(),
+			MaxDepth:                    wire.MaxDepth,
+			MaxSnapshotsPerConnection:   o.MaxSnapshotsPerConn,
+			MaxQueuedBytesPerConnection: o.MaxQueuedBytesPerConn,
 		},
 	}
 	s.bg.Add(1)

@@ -65,10 +65,19 @@ func Decode(frame []byte, v any) error {
 	if err := Check(frame); err != nil {
 		return err
 	}
-	if err := msgpack.Unmarshal(frame, v); err != nil {
+	if err := unmarshal(frame, v); err != nil {
 		return fmt.Errorf("%w: %v", ErrBadRequest, err)
 	}
 	return nil
+}
+
+// unmarshal is msgpack.Unmarshal with a decoder of its own: the library's
+// pooled decoders keep a scratch buffer as large as the longest string they
+// have read, so one large frame would stay pinned after its request ended.
+func unmarshal(data []byte, v any) error {
+	d := msgpack.NewDecoder(bytes.NewReader(data))
+	d.UsePreallocateValues(true)
+	return d.Decode(v)
 }
 
 // DecodeResult decodes a response's raw result into v.
@@ -79,7 +88,7 @@ func DecodeResult(raw msgpack.RawMessage, v any) error {
 	if _, err := valueLen(raw, MaxDepth); err != nil {
 		return err
 	}
-	if err := msgpack.Unmarshal(raw, v); err != nil {
+	if err := unmarshal(raw, v); err != nil {
 		return fmt.Errorf("%w: %v", ErrBadRequest, err)
 	}
 	return nil

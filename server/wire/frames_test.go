@@ -67,7 +67,7 @@ func exampleFrames() []frame {
 			Capabilities: []string{wire.CapPipelining, wire.CapMultiSession, wire.CapMultiCall, wire.CapRawText, wire.CapEvaluate, wire.CapSnapshot},
 			Limits: wire.Limits{MaxFrameBytes: wire.DefaultMaxFrameBytes, MaxSessions: 1024, MaxSessionsPerConnection: 512,
 				MaxInflightPerConnection: 4096, MaxConcurrentResets: 16, ResetWait: 300, IdleSessionTTL: 1800, PingInterval: 15, MaxDepth: wire.MaxDepth,
-				MaxSnapshotsPerConnection: 64},
+				MaxSnapshotsPerConnection: 64, MaxQueuedBytesPerConnection: 64 << 20},
 		}}},
 		{"envs_request", wire.Request{ID: 2, Op: wire.OpEnvs}},
 		{"envs_response", wire.Response{ID: 2, OK: true, Result: wire.EnvsResult{Envs: []wire.EnvSpec{{

@@ -73,6 +73,7 @@ const (
 	ReasonUnsupported           = "unsupported"
 	ReasonUnknownSnapshot       = "unknown_snapshot"
 	ReasonMaxSnapshots          = "max_connection_snapshots"
+	ReasonMaxQueuedBytes        = "max_queued_bytes"
 )
 
 // Request is a request frame. It is the union of the fields of every op;
@@ -155,6 +156,9 @@ type Limits struct {
 	MaxDepth                 int     `msgpack:"max_depth"`
 	// MaxSnapshotsPerConnection bounds the snapshots one connection holds.
 	MaxSnapshotsPerConnection int `msgpack:"max_snapshots_per_connection"`
+	// MaxQueuedBytesPerConnection bounds the decoded size of the requests
+	// one connection has sent and not yet had answered.
+	MaxQueuedBytesPerConnection int64 `msgpack:"max_queued_bytes_per_connection"`
 }
 
 // EnvsResult is the result of envs.
