@@ -35,8 +35,9 @@ type reportData struct {
 	err     error
 }
 
-// newReportPipe makes the pipe; with an agent, its write end belongs to the
-// agent so that the command can open /dev/fd/3 by name (test runners do).
+// newReportPipe makes the pipe; with an agent, the pipe belongs to the
+// agent, write-only, so that the command can open /dev/fd/3 by name (test
+// runners do) but not to read.
 func newReportPipe(agent *Cred, max int64) (*reportPipe, error) {
 	if max <= 0 {
 		max = defaultReportMax
@@ -46,7 +47,9 @@ func newReportPipe(agent *Cred, max int64) (*reportPipe, error) {
 		return nil, err
 	}
 	if agent != nil {
-		if err := w.Chown(agent.UID, agent.GID); err != nil {
+		// Write-only, even for its owner: code under test that reopens
+		// /dev/fd/3 to read could otherwise take the report away.
+		if err := errors.Join(w.Chown(agent.UID, agent.GID), w.Chmod(0o200)); err != nil {
 			r.Close()
 			w.Close()
 			return nil, err

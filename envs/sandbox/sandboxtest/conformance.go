@@ -148,6 +148,18 @@ func Run(t *testing.T, s Suite) {
 		t.Parallel()
 		testBackground(t, box(t))
 	})
+	t.Run("EscapeKillAll", func(t *testing.T) {
+		t.Parallel()
+		testEscapeKillAll(t, box(t))
+	})
+	t.Run("Report", func(t *testing.T) {
+		t.Parallel()
+		testReport(t, box(t))
+	})
+	t.Run("MachineryOutOfReach", func(t *testing.T) {
+		t.Parallel()
+		testMachineryOutOfReach(t, box(t))
+	})
 	t.Run("NonRoot", func(t *testing.T) {
 		t.Parallel()
 		sb := box(t)
@@ -444,5 +456,103 @@ func eventually(t *testing.T, within time.Duration, check func() error) {
 			t.Fatal(t.Context().Err())
 		case <-time.After(100 * time.Millisecond):
 		}
+	}
+}
+
+// testEscapeKillAll starts a chain of processes that fork and exit as fast
+// as they can, each new one in a new session, so that a kill that walks a
+// process list always finds it stale; KillAll must still end every one.
+func testEscapeKillAll(t *testing.T, sb sandbox.Sandbox) {
+	// Each process appends to hops.log, so the log grows while the chain
+	// lives (its pid changes too fast to be seen in /proc).
+	script := `import os, time
+while True:
+    if os.fork():
+        os._exit(0)
+    os.setsid()
+    with open("hops.log", "a") as f:
+        f.write("x")
+    time.sleep(0.001)`
+	mustWrite(t, sb, "hop.py", []byte(script))
+	run(t, sb, sandbox.ExecRequest{Argv: []string{"python3", "hop.py"}, Background: true})
+	size := func() int {
+		data, err := sb.ReadFile(t.Context(), "hops.log", 1<<30)
+		if err != nil && !errors.Is(err, sandbox.ErrNotExist) {
+			t.Fatal(err)
+		}
+		return len(data)
+	}
+	eventually(t, 10*time.Second, func() error {
+		if n := size(); n < 50 {
+			return fmt.Errorf("the chain made %d hops", n)
+		}
+		return nil
+	})
+	if err := sb.KillAll(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	// No waiting for it to die: KillAll returns when nothing is left.
+	before := size()
+	time.Sleep(300 * time.Millisecond) // give a survivor time to show itself
+	if after := size(); after != before {
+		t.Errorf("the chain goes on after KillAll: %d hops, then %d", before, after)
+	}
+}
+
+// testReport checks the report pipe: what the command writes to /dev/fd/3
+// comes back; what a process it left behind writes does not arrive after
+// the result (everything is killed first, and the call does not wait for
+// the leftover); the command cannot read the pipe.
+func testReport(t *testing.T, sb sandbox.Sandbox) {
+	start := time.Now()
+	r := run(t, sb, sandbox.ExecRequest{Argv: []string{"/bin/sh", "-c",
+		"echo report >/dev/fd/3; setsid sh -c 'sleep 2; echo late >/dev/fd/3' 3>/dev/fd/3 & exit 0"},
+		Report: true, Timeout: 30 * time.Second})
+	if string(r.Report) != "report\n" || time.Since(start) > 10*time.Second {
+		t.Errorf("report %q after %s, want %q at once", r.Report, time.Since(start), "report\n")
+	}
+	if n := countProcs(t, sb, "sleep 2"); n != 0 {
+		t.Errorf("%d leftovers of the reporting command survive it", n)
+	}
+	r = run(t, sb, sandbox.ExecRequest{Argv: []string{"/bin/sh", "-c", "echo x >/dev/fd/3; cat /dev/fd/3"},
+		Report: true, Timeout: 30 * time.Second})
+	if r.ExitCode == 0 || string(r.Report) != "x\n" {
+		t.Errorf("reading the report pipe: exit %d, report %q; want a failure and %q", r.ExitCode, r.Report, "x\n")
+	}
+}
+
+// testMachineryOutOfReach checks that the agent cannot stop, kill, trace or
+// talk over the sandbox's own processes: its commands and the sandbox go on.
+func testMachineryOutOfReach(t *testing.T, sb sandbox.Sandbox) {
+	for _, cmd := range []string{
+		"kill -STOP $PPID",
+		"kill -9 $PPID",
+		"kill -STOP -1",
+		"kill -9 -1",
+		"echo garbage > /proc/$PPID/fd/1",
+		"for f in /proc/[0-9]*/fd/1; do echo garbage > $f; done 2>/dev/null; true",
+		`python3 -c 'import ctypes, sys; sys.exit(0 if ctypes.CDLL(None).ptrace(16, 1, 0, 0) == -1 else 1)'`,
+	} {
+		r, err := sb.Exec(t.Context(), sandbox.ExecRequest{Argv: []string{"/bin/sh", "-c", cmd}, Timeout: 10 * time.Second})
+		if err != nil {
+			t.Fatalf("%s: %v", cmd, err)
+		}
+		if r.TimedOut {
+			t.Errorf("%s: timed out", cmd)
+		}
+		if strings.Contains(cmd, "ptrace") && r.ExitCode != 0 {
+			t.Errorf("the agent can ptrace PID 1")
+		}
+		after := run(t, sb, sandbox.ExecRequest{Argv: []string{"echo", "alive"}, Timeout: 10 * time.Second})
+		if string(after.Stdout) != "alive\n" {
+			t.Fatalf("after %s: %+v", cmd, after)
+		}
+	}
+	mustWrite(t, sb, "fifo-maker.sh", []byte("mkfifo pipe"))
+	run(t, sb, sandbox.ExecRequest{Argv: []string{"/bin/sh", "fifo-maker.sh"}})
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	if _, err := sb.ReadFile(ctx, "pipe", 100); err == nil || ctx.Err() != nil || gym.ClassOf(err) == gym.ClassSandbox {
+		t.Errorf("read a FIFO: %v (ctx %v), want a prompt error that is not the sandbox's", err, ctx.Err())
 	}
 }
