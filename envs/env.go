@@ -194,6 +194,7 @@ func (e *TaskEnv) start(ctx context.Context, image string) (*session, error) {
 			MemoryBytes: e.cfg.Resources.MemoryBytes,
 			CPUs:        e.cfg.Resources.CPUs,
 			PIDs:        e.cfg.Resources.PIDs,
+			DiskBytes:   e.cfg.Resources.DiskBytes,
 		},
 		Network: e.cfg.Network,
 	}

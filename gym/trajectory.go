@@ -102,7 +102,10 @@ type EpisodeResult struct {
 	ErrorClass       ErrorClass        `json:"error_class,omitempty"`
 	Error            string            `json:"error,omitempty"`
 	Mask             bool              `json:"mask"`
-	TestsPassed      int               `json:"tests_passed"`
-	TestsTotal       int               `json:"tests_total"`
-	DurationSeconds  float64           `json:"duration_seconds"`
+	// Tampered is true when the evaluation found the test run forged
+	// (see Evaluation.Tampered).
+	Tampered        bool    `json:"tampered,omitempty"`
+	TestsPassed     int     `json:"tests_passed"`
+	TestsTotal      int     `json:"tests_total"`
+	DurationSeconds float64 `json:"duration_seconds"`
 }

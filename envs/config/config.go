@@ -131,6 +131,9 @@ type Resources struct {
 	MemoryBytes int64   `json:"memory"`
 	CPUs        float64 `json:"cpus"`
 	PIDs        int64   `json:"pids"`
+	// DiskBytes bounds what the sandbox writes (bytes or "4g"): its whole
+	// writable layer where the storage driver has quotas, else each file.
+	DiskBytes int64 `json:"disk"`
 }
 
 // Timeouts are `timeout_config`: numbers of seconds in the file.

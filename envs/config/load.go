@@ -253,6 +253,25 @@ func (d *decoder) optInt(dst **int) func(string, json.RawMessage) {
 	}
 }
 
+// size decodes a byte count: a number, or a string like "512m" or "4g".
+func (d *decoder) size(dst *int64) func(string, json.RawMessage) {
+	return func(p string, raw json.RawMessage) {
+		var s string
+		if json.Unmarshal(raw, &s) == nil {
+			n, err := units.RAMInBytes(s)
+			if err != nil {
+				d.fail(p, "want bytes or a size like \"1g\", got %q", s)
+				return
+			}
+			*dst = n
+			return
+		}
+		if f, ok := d.number(p, raw); ok {
+			*dst = int64(f)
+		}
+	}
+}
+
 func (d *decoder) float(dst *float64) func(string, json.RawMessage) {
 	return func(path string, raw json.RawMessage) {
 		if isNull(raw) {
@@ -700,21 +719,8 @@ func (d *decoder) environment(path string, raw json.RawMessage, global Timeouts)
 				return
 			}
 			d.apply(p, ro, fields{
-				"memory": func(mp string, mr json.RawMessage) {
-					var s string
-					if json.Unmarshal(mr, &s) == nil {
-						n, err := units.RAMInBytes(s)
-						if err != nil {
-							d.fail(mp, "want bytes or a size like \"1g\", got %q", s)
-							return
-						}
-						e.Resources.MemoryBytes = n
-						return
-					}
-					if f, ok := d.number(mp, mr); ok {
-						e.Resources.MemoryBytes = int64(f)
-					}
-				},
+				"memory": d.size(&e.Resources.MemoryBytes),
+				"disk":   d.size(&e.Resources.DiskBytes),
 				"cpus": d.float(&e.Resources.CPUs),
 				"pids": func(pp string, pr json.RawMessage) {
 					var n int
@@ -795,6 +801,9 @@ func (d *decoder) checkEnvironment(path string, e *Environment, ownTimeouts bool
 	}
 	if e.Resources.PIDs < 0 {
 		d.fail(join(path, "resources.pids"), "must not be negative")
+	}
+	if e.Resources.DiskBytes < 0 || (e.Resources.DiskBytes > 0 && e.Resources.DiskBytes < 1<<20) {
+		d.fail(join(path, "resources.disk"), "must be at least 1MiB, got %d bytes", e.Resources.DiskBytes)
 	}
 	if e.Network == "" || e.Network == "host" {
 		d.fail(join(path, "network"), "must be \"none\" or a Docker network name (not %q)", e.Network)

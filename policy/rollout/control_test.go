@@ -135,6 +135,12 @@ func TestCompute(t *testing.T) {
 	if c, ok := per["c"]; !ok || c.Episodes != 0 {
 		t.Errorf("c = %+v, %v", c, ok)
 	}
+	// A tampered episode is scored (0), not masked, and counted.
+	tampered := rec("c", 0, false, false, gym.ClassAgent, 0, 0, 3, 0, 2)
+	tampered.EpisodeResult.Tampered = true
+	if c, _ := rollout.Compute([]rollout.Record{tampered}, []string{"c"}); c.Tampered != 1 || c.Scored != 1 || c.Masked != 0 || c.MeanReward != 0 {
+		t.Errorf("tampered episode: %+v", c)
+	}
 	if overall.Episodes != 4 || overall.Scored != 2 || overall.Masked != 2 || overall.PolicyErrors != 1 ||
 		overall.ActionErrorRate != 0.25 || overall.TerminationReasons[gym.ReasonCompleted] != 4 {
 		t.Errorf("overall = %+v", overall)

@@ -533,6 +533,7 @@ func (ep *episode) finish(ctx context.Context) *gym.Trajectory {
 			er.ErrorClass, er.Error = ev.ErrorClass, ev.Error
 		}
 		er.Mask = er.Mask || ev.Mask
+		er.Tampered = ev.Tampered
 		er.Success = ev.Success && !er.Mask
 	}
 	if t.TestResults == nil {

@@ -94,6 +94,9 @@ type Aggregate struct {
 	// counts every masked episode (policy errors included).
 	PolicyErrors int `json:"policy_errors"`
 	Masked       int `json:"masked"`
+	// Tampered counts episodes whose test run was found forged (scored
+	// 0, not masked).
+	Tampered int `json:"tampered"`
 	// ErrorClasses counts episodes by error class.
 	ErrorClasses map[gym.ErrorClass]int `json:"error_classes,omitempty"`
 	// TerminationReasons counts episodes by how they ended.
@@ -122,6 +125,9 @@ func (a *Aggregate) add(r Record) {
 	}
 	if er.AgentDone {
 		a.AgentDone++
+	}
+	if er.Tampered {
+		a.Tampered++
 	}
 	a.Actions += er.Actions
 	a.ActionErrors += er.ActionErrors

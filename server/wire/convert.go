@@ -280,6 +280,7 @@ func FromEvaluation(e gym.Evaluation) Evaluation {
 		ErrorClass: string(e.ErrorClass),
 		Error:      e.Error,
 		Mask:       e.Mask,
+		Tampered:   e.Tampered,
 	}
 	for i, t := range e.Tests {
 		out.Tests[i] = TestCase{Name: t.Name, Status: t.Status, Message: t.Message, Command: t.Command}
@@ -308,6 +309,7 @@ func ToEvaluation(e Evaluation) gym.Evaluation {
 		ErrorClass: gym.ErrorClass(e.ErrorClass),
 		Error:      e.Error,
 		Mask:       e.Mask,
+		Tampered:   e.Tampered,
 	}
 	for i, t := range e.Tests {
 		out.Tests[i] = gym.TestCase{Name: t.Name, Status: t.Status, Message: t.Message, Command: t.Command}

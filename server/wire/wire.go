@@ -317,6 +317,9 @@ type Evaluation struct {
 	ErrorClass string        `msgpack:"error_class,omitempty"`
 	Error      string        `msgpack:"error,omitempty"`
 	Mask       bool          `msgpack:"mask"`
+	// Tampered flags a test run that showed signs of forgery by the code
+	// under test; the reward is then 0 and the sample is not masked.
+	Tampered bool `msgpack:"tampered,omitempty"`
 }
 
 // TestCase is the result of one test case.

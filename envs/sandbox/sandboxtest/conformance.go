@@ -148,6 +148,23 @@ func Run(t *testing.T, s Suite) {
 		t.Parallel()
 		testBackground(t, box(t))
 	})
+	t.Run("DiskLimit", func(t *testing.T) {
+		t.Parallel()
+		// Writing past the limit fails for the writer; the sandbox and
+		// the host's disk are fine.
+		sb := newBox(t, sandbox.Resources{DiskBytes: 32 << 20})
+		r := run(t, sb, sandbox.ExecRequest{Argv: []string{"/bin/sh", "-c", "head -c 100000000 /dev/zero > big.bin"}, Timeout: 60 * time.Second})
+		if r.ExitCode == 0 {
+			t.Errorf("wrote 100 MB under a 32 MiB disk limit: %+v", r)
+		}
+		r = run(t, sb, sandbox.ExecRequest{Argv: []string{"stat", "-c", "%s", "big.bin"}})
+		if n, _ := strconv.ParseInt(strings.TrimSpace(string(r.Stdout)), 10, 64); n > 32<<20 {
+			t.Errorf("big.bin has %d bytes, over the 32 MiB limit", n)
+		}
+		if r := run(t, sb, sandbox.ExecRequest{Argv: []string{"echo", "alive"}}); string(r.Stdout) != "alive\n" {
+			t.Errorf("after the disk limit: %+v", r)
+		}
+	})
 	t.Run("EscapeKillAll", func(t *testing.T) {
 		t.Parallel()
 		testEscapeKillAll(t, box(t))
