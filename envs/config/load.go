@@ -721,7 +721,7 @@ func (d *decoder) environment(path string, raw json.RawMessage, global Timeouts)
 			d.apply(p, ro, fields{
 				"memory": d.size(&e.Resources.MemoryBytes),
 				"disk":   d.size(&e.Resources.DiskBytes),
-				"cpus": d.float(&e.Resources.CPUs),
+				"cpus":   d.float(&e.Resources.CPUs),
 				"pids": func(pp string, pr json.RawMessage) {
 					var n int
 					d.integer(&n)(pp, pr)
