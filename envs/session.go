@@ -1,6 +1,7 @@
 package envs
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -47,6 +48,8 @@ type session struct {
 	closed           bool
 	result           gym.Result
 	endTime          time.Time
+	// crash says how the agent broke its sandbox (sandbox.ErrAgentCrash).
+	crash string
 }
 
 var _ gym.Session = (*session)(nil)
@@ -151,6 +154,8 @@ func (s *session) Step(ctx context.Context, a gym.Action) (gym.StepResult, error
 				return gym.StepResult{}, fmt.Errorf("session %s: step %d: %w", s.id, s.steps, ctx.Err())
 			}
 			switch {
+			case s.crash != "":
+				s.end(gym.ReasonAgentCrash)
 			case info.ErrorClass == gym.ClassSandbox:
 				s.end(gym.ReasonSandboxError)
 			case runCtx.Err() != nil:
@@ -212,6 +217,11 @@ func (s *session) call(ctx context.Context, call gym.ToolCall) (string, gym.Call
 		}
 		if class == gym.ClassInternal {
 			class = gym.ClassAgent
+		}
+		if errors.Is(err, sandbox.ErrAgentCrash) {
+			// The agent broke its own sandbox: scored, not masked.
+			class = gym.ClassAgent
+			s.crash = err.Error()
 		}
 		info.ErrorClass = class
 		info.Error = err.Error()
@@ -379,6 +389,12 @@ func (s *session) Evaluate(ctx context.Context) (gym.Evaluation, error) {
 // evaluate runs the tests once; s.mu must be held.
 func (s *session) evaluate(ctx context.Context) (gym.Evaluation, error) {
 	if s.eval != nil {
+		return *s.eval, nil
+	}
+	if s.reason == gym.ReasonAgentCrash {
+		// Nothing is left to test; the failure is the agent's.
+		s.eval = &gym.Evaluation{Mode: cmp.Or(s.env.cfg.Reward.Mode, "pass_rate"), Tests: []gym.TestCase{}, Commands: []gym.TestCommand{},
+			ErrorClass: gym.ClassAgent, Error: "the agent crashed its sandbox: " + s.crash}
 		return *s.eval, nil
 	}
 	ev, err := s.env.evaluate(ctx, s.sb)

@@ -285,3 +285,32 @@ func TestFakeSnapshotAndFork(t *testing.T) {
 		t.Errorf("second drop: %v, want not_found", err)
 	}
 }
+
+// TestFakeAgentCrashIsScored: a sandbox that dies of what the agent did
+// (the Docker backend says so for a container killed for memory) ends the
+// episode as agent_crash, scored 0 and not masked; no test runs.
+func TestFakeAgentCrashIsScored(t *testing.T) {
+	e, _ := fakeEnv(t, func(ctx context.Context, sb *sandboxtest.FakeSandbox, req sandbox.ExecRequest) (sandbox.ExecResult, error) {
+		if strings.Contains(strings.Join(req.Argv, " "), "hog") {
+			return sandbox.ExecResult{}, gym.Classify(fmt.Errorf("executor closed its stream (the container was killed for running out of memory): %w", sandbox.ErrAgentCrash), gym.ClassSandbox)
+		}
+		t.Errorf("unexpected command after the crash: %v", req.Argv)
+		return sandbox.ExecResult{}, nil
+	})
+	s, _, err := e.Reset(t.Context(), gym.ResetRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close(context.Background())
+	r := step(t, s, call(gym.ToolExecuteCommand, gym.ExecuteCommandArgs{Command: "python3 hog.py"}))
+	ev := r.Info.Evaluation
+	if r.Info.TerminationReason != gym.ReasonAgentCrash || r.Info.Mask() || !r.Truncated || r.Reward != 0 {
+		t.Fatalf("crash step: reason %s mask %v truncated %v reward %v", r.Info.TerminationReason, r.Info.Mask(), r.Truncated, r.Reward)
+	}
+	if r.Info.Calls[0].ErrorClass != gym.ClassAgent {
+		t.Errorf("crash call class %s, want agent_error", r.Info.Calls[0].ErrorClass)
+	}
+	if ev == nil || ev.Mask || ev.ErrorClass != gym.ClassAgent || ev.Reward != 0 || len(ev.Commands) != 0 {
+		t.Errorf("evaluation %+v, want an unmasked agent_error with reward 0 and no test run", ev)
+	}
+}

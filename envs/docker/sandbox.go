@@ -231,7 +231,10 @@ func (s *Sandbox) diagnose(err error) error {
 	case info.State == nil:
 		return err
 	case info.State.OOMKilled:
-		return fmt.Errorf("%w (the container was killed for running out of memory)", err)
+		// The agent's processes are the out-of-memory killer's first
+		// choice, so a container that still died of it was exhausted by
+		// the agent.
+		return fmt.Errorf("%w (the container was killed for running out of memory): %w", err, sandbox.ErrAgentCrash)
 	case !info.State.Running:
 		return fmt.Errorf("%w (the container exited with code %d)", err, info.State.ExitCode)
 	}

@@ -214,6 +214,12 @@ var (
 	ErrTooLarge = &pathError{"file too large", nil}
 )
 
+// ErrAgentCrash is wrapped by a sandbox failure that the agent caused:
+// the sandbox died because its processes exhausted it (e.g. its memory).
+// The error's class stays gym.ErrSandbox; the environment scores such an
+// episode 0 instead of masking it.
+var ErrAgentCrash = errors.New("the agent's processes brought the sandbox down")
+
 type pathError struct {
 	msg   string
 	inner error
