@@ -12,4 +12,13 @@
 // whole group and every descendant, caps output keeping head and tail, does
 // file operations without shell quoting, and tracks background processes so
 // they can be killed before evaluation.
+//
+// Inside a sandbox it runs as root with a handful of capabilities and acts
+// for the agent (serve --agent UID:GID): commands start as the agent's uid,
+// file operations run on a thread whose file-system uid is the agent's, and
+// KillAll sends SIGKILL to every process of that uid from a thread that has
+// taken it (one kill(-1) is atomic against fork), until none is left. The
+// agent can therefore neither signal nor trace the executor, nor survive
+// into evaluation. A command may get a report pipe on fd 3, read to its end
+// only after every agent process is gone.
 package executor
