@@ -67,6 +67,13 @@ type Options struct {
 	// each distinct Spec, so that Create returns at once (0: none). The
 	// pool for a Spec fills after its first Create.
 	WarmPool int
+	// OrphanAfter is how long a container lives without an attached
+	// executor (default 2 minutes; negative: forever). A container whose
+	// provider died, even by SIGKILL, thus stops within OrphanAfter and
+	// the engine removes it, without waiting for another provider to
+	// reap it. It also bounds the time from a container's start to its
+	// executor's attach.
+	OrphanAfter time.Duration
 }
 
 // Provider makes Docker sandboxes. It is safe for concurrent use.

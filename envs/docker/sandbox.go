@@ -100,7 +100,7 @@ func (p *Provider) create(ctx context.Context, spec sandbox.Spec) (_ *Sandbox, e
 	init := true
 	cfg := &container.Config{
 		Image:      spec.Image,
-		Cmd:        p.executorCmd("idle"),
+		Cmd:        p.idleCmd(),
 		User:       sandboxUser,
 		Env:        envList(spec.Env),
 		WorkingDir: workdir,
@@ -117,6 +117,8 @@ func (p *Provider) create(ctx context.Context, spec sandbox.Spec) (_ *Sandbox, e
 		SecurityOpt: []string{"no-new-privileges"},
 		CapDrop:     []string{"ALL"},
 		Init:        &init,
+		// The idle process ends an orphaned container; the engine removes it.
+		AutoRemove: true,
 	}
 	created, err := p.cli.ContainerCreate(ctx, cfg, host, nil, nil, "")
 	if err != nil {
@@ -214,7 +216,7 @@ func (s *Sandbox) diagnose(err error) error {
 	info, ierr := s.p.cli.ContainerInspect(ctx, s.id)
 	switch {
 	case isNotFound(ierr):
-		return fmt.Errorf("%w (the container was removed)", err)
+		return fmt.Errorf("%w (the container is gone: it stopped, e.g. out of memory or orphaned, and was removed)", err)
 	case ierr != nil:
 		return fmt.Errorf("%w (inspect: %v)", err, ierr)
 	case info.State == nil:
