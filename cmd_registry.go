@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/docker/docker/client"
 
@@ -49,6 +50,7 @@ func newProvider(ctx context.Context, logger *slog.Logger, opts loadOptions) (*d
 		Logger:         logger,
 		Client:         cli,
 		WarmPool:       opts.WarmPool,
+		OrphanAfter:    opts.OrphanAfter,
 		BuildBase: func(ctx context.Context, ref string) error {
 			if !baseimage.Known(ref) {
 				return fmt.Errorf("image %s cannot be pulled and is not a built-in base image (%s)", ref, strings.Join(baseimage.Refs(), ", "))
@@ -68,6 +70,19 @@ type loadOptions struct {
 	// WarmPool is the number of started sandboxes kept ready per
 	// environment (0: none); see docker.Options.WarmPool.
 	WarmPool int
+	// OrphanAfter is how long a sandbox outlives the stream of its
+	// executor (0: docker.DefaultOrphanAfter, negative: forever); see
+	// docker.Options.OrphanAfter.
+	OrphanAfter time.Duration
+}
+
+// orphanAfterOption turns the --orphan-after flag, where 0 means never,
+// into loadOptions.OrphanAfter.
+func orphanAfterOption(flag time.Duration) time.Duration {
+	if flag <= 0 {
+		return -1
+	}
+	return flag
 }
 
 // loadRegistry loads the config at path and returns its environments on the

@@ -16,6 +16,7 @@ import (
 	gymclient "github.com/gymserver/gymserver/clients/go"
 	"github.com/gymserver/gymserver/envs"
 	"github.com/gymserver/gymserver/envs/config"
+	"github.com/gymserver/gymserver/envs/docker"
 	"github.com/gymserver/gymserver/gym"
 	"github.com/gymserver/gymserver/policy"
 	"github.com/gymserver/gymserver/policy/plugin"
@@ -37,6 +38,7 @@ type rolloutFlags struct {
 	logLevel               string
 	parallel, episodes     int
 	warmPool               int
+	orphanAfter            time.Duration
 	policy                 string
 	server, token          string
 	// set holds the names of the flags given on the command line.
@@ -99,6 +101,7 @@ func rolloutWith(ctx context.Context, args []string, stdout, stderr io.Writer, l
 	fs.IntVar(&f.parallel, "parallel", 0, "episodes run at once (default: rollout_config.max_parallel_rollouts)")
 	fs.IntVar(&f.episodes, "episodes", 0, "episodes per environment (default: episode_control_config.max_episodes)")
 	fs.IntVar(&f.warmPool, "warm-pool", 0, "started sandboxes kept ready per environment, so episodes start at once (in process only)")
+	fs.DurationVar(&f.orphanAfter, "orphan-after", docker.DefaultOrphanAfter, "a sandbox whose executor stream is gone (e.g. this process was killed) removes itself after this long; 0: never (in process only)")
 	fs.StringVar(&f.policy, "policy", "llm", "llm, oracle (each environment's reference solution) or replay:FILE (a trajectory's calls)")
 	fs.StringVar(&f.server, "server", "", "run against a remote gymserver at this ws:// URL instead of in process")
 	fs.StringVar(&f.token, "token", "", "bearer token for --server (default: $GYMSERVER_TOKEN)")
@@ -193,7 +196,7 @@ func rolloutWith(ctx context.Context, args []string, stdout, stderr io.Writer, l
 			list = append(list, e)
 		}
 	} else {
-		reg, closeFn, err := load(ctx, path, logger, loadOptions{WarmPool: f.warmPool})
+		reg, closeFn, err := load(ctx, path, logger, loadOptions{WarmPool: f.warmPool, OrphanAfter: orphanAfterOption(f.orphanAfter)})
 		if err != nil {
 			return fail(1, "%v", err)
 		}

@@ -156,7 +156,7 @@ func dockerLoader(t *testing.T) registryLoader {
 		if err != nil {
 			return nil, nil, err
 		}
-		p, _ := dockertest.NewWith(t, docker.Options{Logger: logger, WarmPool: opts.WarmPool})
+		p, _ := dockertest.NewWith(t, docker.Options{Logger: logger, WarmPool: opts.WarmPool, OrphanAfter: opts.OrphanAfter})
 		reg, err := envs.NewRegistry(ctx, cfg, envs.Options{Provider: p, Logger: logger})
 		if err != nil {
 			return nil, nil, err

@@ -9,6 +9,7 @@
 //	gymserver rollout  CONFIG.json [--policy llm|oracle|replay:FILE] [--output results.json]
 //	gymserver validate CONFIG.json [--solve] [--json]
 //	gymserver image build [REF...]
+//	gymserver reap     [--all] [--dry-run] [--json]
 package main
 
 import (
@@ -50,6 +51,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return runValidate(ctx, args[1:], stdout, stderr)
 	case "image":
 		return runImage(ctx, args[1:], stdout, stderr)
+	case "reap":
+		return runReap(ctx, args[1:], stdout, stderr)
 	case "help", "-h", "-help", "--help":
 		usage(stdout)
 		return 0
@@ -67,6 +70,7 @@ Commands:
   rollout   CONFIG.json             run episodes with an LLM (or oracle/replay) policy
   validate  CONFIG.json             check a config; --solve proves the reference solution
   image     build [REF...]          build the registry-free base image (debootstrap)
+  reap      [--all] [--dry-run]     remove containers and snapshots of dead servers
 
 Run "gymserver COMMAND -h" for a command's flags.
 `)

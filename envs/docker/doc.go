@@ -3,7 +3,11 @@
 // Every sandbox is one hardened container (non-root, no network, memory,
 // CPU and pids limits, no-new-privileges, all capabilities dropped) whose
 // main process idles, with one long-lived executor attached over a docker
-// exec stream that runs the commands and file operations. Containers are
-// labelled with the owning provider's id and a lease, and a provider reaps
-// containers of dead owners when it starts.
+// exec stream that runs the commands and file operations. The idle main
+// process ends the container once no executor has been attached for
+// Options.OrphanAfter, and the engine auto-removes it, so a provider killed
+// outright leaves no running sandbox behind. Containers and snapshot images
+// are labelled with the owning provider's id and a lease; a provider reaps
+// those of dead owners when it starts, and ReapOrphans (`gymserver reap`)
+// does so on demand.
 package docker

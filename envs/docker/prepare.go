@@ -29,6 +29,10 @@ const PreparedRepo = "gymserver-prepared"
 // labelPrepared marks prepared images with their full content hash.
 const labelPrepared = "gymserver.prepared"
 
+// prepareUser runs the main process of the containers that prepare images,
+// and the executor that holds them open.
+const prepareUser = "0:0"
+
 // defaultInitTimeout bounds one init command.
 const defaultInitTimeout = 10 * time.Minute
 
@@ -153,12 +157,12 @@ func (p *Provider) build(ctx context.Context, spec sandbox.ImageSpec, ref, key s
 	init := true
 	created, err := p.cli.ContainerCreate(ctx, &container.Config{
 		Image:      spec.BaseImage,
-		Cmd:        p.executorCmd("idle"),
-		User:       "0:0",
+		Cmd:        p.idleCmd(),
+		User:       prepareUser,
 		Env:        envList(spec.Env),
 		WorkingDir: "/",
 		Labels:     p.labels(map[string]string{labelPrepared: key}),
-	}, &container.HostConfig{Init: &init}, nil, nil, "")
+	}, &container.HostConfig{Init: &init, AutoRemove: true}, nil, nil, "")
 	if err != nil {
 		return fail(err)
 	}
@@ -179,6 +183,13 @@ func (p *Provider) build(ctx context.Context, spec sandbox.ImageSpec, ref, key s
 	if err := p.cli.ContainerStart(ctx, created.ID, container.StartOptions{}); err != nil {
 		return fail(fmt.Errorf("start: %w", err))
 	}
+	// The init commands run with plain execs; an executor held open keeps
+	// the container from ending as an orphan while we build.
+	release, err := p.holdExecutor(ctx, created.ID, prepareUser)
+	if err != nil {
+		return fail(err)
+	}
+	defer release()
 	timeout := spec.Timeout
 	if timeout <= 0 {
 		timeout = defaultInitTimeout

@@ -11,9 +11,7 @@ import (
 	"log/slog"
 	"os"
 	"strconv"
-	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/docker/docker/api/types/container"
@@ -81,6 +79,13 @@ type Options struct {
 	// each distinct Spec, so that Create returns at once (0: none). The
 	// pool for a Spec fills after its first Create.
 	WarmPool int
+	// OrphanAfter is how long a container lives without an attached
+	// executor (default 2 minutes; negative: forever). A container whose
+	// provider died, even by SIGKILL, thus stops within OrphanAfter and
+	// the engine removes it, without waiting for another provider to
+	// reap it. It also bounds the time from a container's start to its
+	// executor's attach.
+	OrphanAfter time.Duration
 }
 
 // Provider makes Docker sandboxes. It is safe for concurrent use.
@@ -190,61 +195,19 @@ func (p *Provider) closeClient() {
 	}
 }
 
-// ownerGone reports whether the provider that wrote owner has ended: it ran
-// on this host under a pid that is gone or now belongs to someone else.
-func (p *Provider) ownerGone(owner string) bool {
-	if owner == p.owner {
-		return false
-	}
-	parts := strings.Split(owner, ":")
-	if len(parts) != 3 {
-		return false
-	}
-	host, _ := os.Hostname()
-	if parts[0] != host {
-		return false
-	}
-	pid, err := strconv.Atoi(parts[1])
-	if err != nil {
-		return false
-	}
-	if pid == os.Getpid() {
-		return true // an earlier process with our pid
-	}
-	err = syscall.Kill(pid, 0)
-	return errors.Is(err, syscall.ESRCH)
-}
-
-// Reap removes containers labelled by a provider that is gone, and
-// containers whose lease has passed. It never touches unlabelled containers.
+// Reap removes containers and snapshot images labelled by a provider that
+// is gone, and those whose lease has passed; see ReapOrphans. It never
+// touches this provider's own, nor unlabelled containers.
 func (p *Provider) Reap(ctx context.Context) error {
-	list, err := p.cli.ContainerList(ctx, container.ListOptions{All: true,
-		Filters: filters.NewArgs(filters.Arg("label", sandbox.LabelOwner))})
+	_, err := ReapOrphans(ctx, p.cli, ReapOptions{Keep: p.owner, Logger: p.log})
 	if err != nil {
-		return gym.Classify(fmt.Errorf("docker: list containers: %w", err), gym.ClassSandbox)
+		return gym.Classify(err, gym.ClassSandbox)
 	}
-	now := time.Now().Unix()
-	var errs []error
-	for _, c := range list {
-		owner := c.Labels[sandbox.LabelOwner]
-		lease, _ := strconv.ParseInt(c.Labels[sandbox.LabelLease], 10, 64)
-		expired := lease > 0 && lease < now
-		if !p.ownerGone(owner) && !expired {
-			continue
-		}
-		p.log.Info("reaping orphaned container", "container", shortID(c.ID), "owner", owner, "lease_expired", expired)
-		if err := p.remove(ctx, c.ID); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	errs = append(errs, p.removeSnapshots(ctx, func(owner, leaseLabel string) bool {
-		lease, _ := strconv.ParseInt(leaseLabel, 10, 64)
-		return p.ownerGone(owner) || (lease > 0 && lease < now)
-	}))
-	return errors.Join(errs...)
+	return nil
 }
 
-// RemoveOwned removes every container labelled with owner.
+// RemoveOwned removes every container labelled with owner; containers
+// already gone or being removed count as removed.
 func RemoveOwned(ctx context.Context, cli *client.Client, owner string) error {
 	list, err := cli.ContainerList(ctx, container.ListOptions{All: true,
 		Filters: filters.NewArgs(filters.Arg("label", sandbox.LabelOwner+"="+owner))})
@@ -253,18 +216,16 @@ func RemoveOwned(ctx context.Context, cli *client.Client, owner string) error {
 	}
 	var errs []error
 	for _, c := range list {
-		if err := cli.ContainerRemove(ctx, c.ID, container.RemoveOptions{Force: true, RemoveVolumes: true}); err != nil && !isNotFound(err) {
-			errs = append(errs, fmt.Errorf("docker: remove %s: %w", shortID(c.ID), err))
-		}
+		errs = append(errs, removeContainer(ctx, cli, c.ID))
 	}
 	return errors.Join(errs...)
 }
 
-// remove force-removes a container; a container already gone is fine.
+// remove force-removes a container; a container already gone or being
+// removed is fine (see removeContainer).
 func (p *Provider) remove(ctx context.Context, id string) error {
-	err := p.cli.ContainerRemove(ctx, id, container.RemoveOptions{Force: true, RemoveVolumes: true})
-	if err != nil && !isNotFound(err) {
-		return gym.Classify(fmt.Errorf("docker: remove container %s: %w", shortID(id), err), gym.ClassSandbox)
+	if err := removeContainer(ctx, p.cli, id); err != nil {
+		return gym.Classify(err, gym.ClassSandbox)
 	}
 	return nil
 }

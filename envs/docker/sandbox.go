@@ -105,7 +105,7 @@ func (p *Provider) create(ctx context.Context, spec sandbox.Spec) (_ *Sandbox, e
 	// executor.Cred), so the agent cannot signal, trace or write to them.
 	cfg := &container.Config{
 		Image:      spec.Image,
-		Cmd:        p.executorCmd("idle"),
+		Cmd:        p.idleCmd(),
 		User:       machineUser,
 		Env:        envList(spec.Env),
 		WorkingDir: workdir,
@@ -123,6 +123,8 @@ func (p *Provider) create(ctx context.Context, spec sandbox.Spec) (_ *Sandbox, e
 		CapDrop:     []string{"ALL"},
 		CapAdd:      machineCaps,
 		Init:        &init,
+		// The idle process ends an orphaned container; the engine removes it.
+		AutoRemove: true,
 	}
 	p.limitDisk(host, res)
 	created, err := p.cli.ContainerCreate(ctx, cfg, host, nil, nil, "")
@@ -225,7 +227,7 @@ func (s *Sandbox) diagnose(err error) error {
 	info, ierr := s.p.cli.ContainerInspect(ctx, s.id)
 	switch {
 	case isNotFound(ierr):
-		return fmt.Errorf("%w (the container was removed)", err)
+		return fmt.Errorf("%w (the container is gone: it stopped, e.g. out of memory or orphaned, and was removed)", err)
 	case ierr != nil:
 		return fmt.Errorf("%w (inspect: %v)", err, ierr)
 	case info.State == nil:

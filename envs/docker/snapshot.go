@@ -8,7 +8,6 @@ import (
 	"fmt"
 
 	"github.com/docker/docker/api/types/container"
-	"github.com/docker/docker/api/types/filters"
 	"github.com/docker/docker/api/types/image"
 	"github.com/docker/docker/errdefs"
 
@@ -106,9 +105,8 @@ func (p *Provider) removeDropped(ctx context.Context) error {
 
 // removeImage removes an image by reference or id, in use or not.
 func (p *Provider) removeImage(ctx context.Context, ref string) error {
-	_, err := p.cli.ImageRemove(ctx, ref, image.RemoveOptions{Force: true, PruneChildren: true})
-	if err != nil && !isNotFound(err) {
-		return gym.Classify(fmt.Errorf("docker: remove image %s: %w", ref, err), gym.ClassSandbox)
+	if err := removeImage(ctx, p.cli, ref); err != nil {
+		return gym.Classify(err, gym.ClassSandbox)
 	}
 	return nil
 }
@@ -120,12 +118,12 @@ func (p *Provider) isSnapshot(ref string) bool {
 	return p.snapshots[ref]
 }
 
-// removeSnapshots removes the snapshot images of this provider (all of
-// them) or, with gone, those of owners that are gone or whose lease passed.
+// removeSnapshots removes the snapshot images for which gone, given their
+// owner and lease labels, returns true.
 func (p *Provider) removeSnapshots(ctx context.Context, gone func(owner, lease string) bool) error {
-	list, err := p.cli.ImageList(ctx, image.ListOptions{Filters: filters.NewArgs(filters.Arg("label", labelSnapshot))})
+	list, err := listSnapshots(ctx, p.cli)
 	if err != nil {
-		return gym.Classify(fmt.Errorf("docker: list snapshot images: %w", err), gym.ClassSandbox)
+		return gym.Classify(err, gym.ClassSandbox)
 	}
 	var errs []error
 	for _, img := range list {

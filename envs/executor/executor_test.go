@@ -25,9 +25,9 @@ var (
 	binErr  error
 )
 
-// subprocess starts the real executor binary on the host (never with
-// --container: it would kill host processes) and returns a client.
-func subprocess(t testing.TB) (*executor.Client, string) {
+// gymexecBinary builds the executor binary once per test run and returns
+// its path.
+func gymexecBinary(t testing.TB) string {
 	t.Helper()
 	binOnce.Do(func() {
 		dir, err := os.MkdirTemp("", "gymexec-")
@@ -45,6 +45,14 @@ func subprocess(t testing.TB) (*executor.Client, string) {
 	if binErr != nil {
 		t.Fatalf("build gymexec: %v", binErr)
 	}
+	return binPath
+}
+
+// subprocess starts the real executor binary on the host (never with
+// --container: it would kill host processes) and returns a client.
+func subprocess(t testing.TB) (*executor.Client, string) {
+	t.Helper()
+	binPath := gymexecBinary(t)
 	work := t.TempDir()
 	cmd := exec.Command(binPath, "serve", "--workdir", work)
 	stdin, _ := cmd.StdinPipe()

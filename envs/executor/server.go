@@ -56,10 +56,7 @@ func Main(args []string) int {
 	}
 	switch args[0] {
 	case "idle":
-		ch := make(chan os.Signal, 1)
-		signal.Notify(ch, syscall.SIGTERM, syscall.SIGINT)
-		<-ch
-		return 0
+		return runIdle(args)
 	case "serve":
 		fs := flag.NewFlagSet("executor serve", flag.ContinueOnError)
 		workdir := fs.String("workdir", "", "working directory for relative paths and commands")

@@ -1,0 +1,316 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/filters"
+	"github.com/docker/docker/api/types/image"
+	"github.com/docker/docker/client"
+	"github.com/docker/docker/errdefs"
+
+	gymclient "github.com/gymserver/gymserver/clients/go"
+	"github.com/gymserver/gymserver/envs/baseimage"
+	"github.com/gymserver/gymserver/envs/docker"
+	"github.com/gymserver/gymserver/envs/sandbox"
+	"github.com/gymserver/gymserver/gym"
+)
+
+// dockerClient returns a client of the local Engine, closed with the test.
+func dockerClient(t *testing.T) *client.Client {
+	t.Helper()
+	cli, err := client.NewClientWithOpts(client.FromEnv, client.WithAPIVersionNegotiation())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cli.Close() })
+	return cli
+}
+
+// deadPid returns the pid of a process that has exited, (almost surely)
+// free.
+func deadPid(t *testing.T) int {
+	t.Helper()
+	cmd := exec.Command("true")
+	if err := cmd.Run(); err != nil {
+		t.Fatal(err)
+	}
+	return cmd.Process.Pid
+}
+
+// waitUntil polls cond every 100 ms until it returns true, failing the test
+// after within.
+func waitUntil(t *testing.T, what string, within time.Duration, cond func() (bool, error)) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		ok, err := cond()
+		if err != nil {
+			t.Fatalf("waiting for %s: %v", what, err)
+		}
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", within, what)
+		}
+		select {
+		case <-t.Context().Done():
+			t.Fatal(t.Context().Err())
+		case <-tick.C:
+		}
+	}
+}
+
+// reapOutput is what `gymserver reap --json` prints.
+type reapOutput struct {
+	DryRun  bool            `json:"dry_run"`
+	Removed []docker.Reaped `json:"removed"`
+}
+
+// TestReapCommand runs `gymserver reap` on a container and a snapshot image
+// of a dead owner and of a live one, all labelled for this test alone.
+func TestReapCommand(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs Docker")
+	}
+	bin := validateBinary(t)
+	cli := dockerClient(t)
+	ctx := t.Context()
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	tag := hex.EncodeToString(b[:])
+	// --label keeps the command away from anything this test did not make.
+	testLabel := "gymserver.test-reap=" + tag
+	host, _ := os.Hostname()
+	deadOwner := fmt.Sprintf("%s:%d:test", host, deadPid(t))
+	liveOwner := fmt.Sprintf("%s:%d:test", host, os.Getpid()) // this test, not the reap process
+	labels := func(owner string) map[string]string {
+		return map[string]string{sandbox.LabelOwner: owner, "gymserver.test-reap": tag}
+	}
+	mkContainer := func(owner string) string {
+		resp, err := cli.ContainerCreate(ctx, &container.Config{Image: baseimage.Python, Cmd: []string{"sleep", "600"}, Labels: labels(owner)}, nil, nil, nil, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = cli.ContainerRemove(context.Background(), resp.ID, container.RemoveOptions{Force: true}) })
+		return resp.ID
+	}
+	mkSnapshot := func(owner, name string) string {
+		tmp, err := cli.ContainerCreate(ctx, &container.Config{Image: baseimage.Python, Cmd: []string{"true"}}, nil, nil, nil, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cli.ContainerRemove(context.Background(), tmp.ID, container.RemoveOptions{Force: true})
+		l := labels(owner)
+		l["gymserver.snapshot"] = "1"
+		ref := "gymserver-snapshot:test-" + tag + "-" + name
+		resp, err := cli.ContainerCommit(ctx, tmp.ID, container.CommitOptions{Reference: ref, Config: &container.Config{Labels: l}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			_, _ = cli.ImageRemove(context.Background(), resp.ID, image.RemoveOptions{Force: true, PruneChildren: true})
+		})
+		return resp.ID
+	}
+	deadC, liveC := mkContainer(deadOwner), mkContainer(liveOwner)
+	deadI, liveI := mkSnapshot(deadOwner, "dead"), mkSnapshot(liveOwner, "live")
+
+	reap := func(args ...string) reapOutput {
+		t.Helper()
+		cmd := exec.CommandContext(ctx, bin, append([]string{"reap", "--json", "--label", testLabel}, args...)...)
+		var stderr strings.Builder
+		cmd.Stderr = &stderr
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("reap %v: %v\n%s", args, err, stderr.String())
+		}
+		var r reapOutput
+		if err := json.Unmarshal(out, &r); err != nil {
+			t.Fatalf("reap %v output %q: %v", args, out, err)
+		}
+		return r
+	}
+	check := func(name string, r reapOutput) {
+		t.Helper()
+		got := map[string]docker.Reaped{}
+		for _, x := range r.Removed {
+			got[x.ID] = x
+		}
+		if len(r.Removed) != 2 || got[deadC].Kind != "container" || got[deadI].Kind != "image" {
+			t.Fatalf("%s: removed %+v, want the dead owner's container %s and image %s", name, r.Removed, deadC, deadI)
+		}
+		for _, x := range r.Removed {
+			if x.Owner != deadOwner || x.Reason != docker.ReasonOwnerGone {
+				t.Errorf("%s: %+v, want owner %s and reason %q", name, x, deadOwner, docker.ReasonOwnerGone)
+			}
+		}
+	}
+	exists := func(kind, id string) bool {
+		t.Helper()
+		var err error
+		if kind == "container" {
+			_, err = cli.ContainerInspect(ctx, id)
+		} else {
+			_, err = cli.ImageInspect(ctx, id)
+		}
+		if err != nil && !errdefs.IsNotFound(err) {
+			t.Fatal(err)
+		}
+		return err == nil
+	}
+
+	dry := reap("--dry-run")
+	if !dry.DryRun {
+		t.Error("dry run output says dry_run false")
+	}
+	check("dry run", dry)
+	for _, x := range []struct{ kind, id string }{{"container", deadC}, {"container", liveC}, {"image", deadI}, {"image", liveI}} {
+		if !exists(x.kind, x.id) {
+			t.Errorf("dry run removed %s %s", x.kind, x.id)
+		}
+	}
+
+	check("reap", reap())
+	if exists("container", deadC) || exists("image", deadI) {
+		t.Error("the dead owner's container or image is still there")
+	}
+	if !exists("container", liveC) || !exists("image", liveI) {
+		t.Error("the live owner's container or image was removed")
+	}
+	if again := reap(); len(again.Removed) != 0 {
+		t.Errorf("second reap removed %+v", again.Removed)
+	}
+}
+
+// TestServeKilledLeavesNoContainers kills `gymserver serve` with SIGKILL
+// while a session is open and checks that its sandboxes remove themselves
+// within the orphan timeout.
+func TestServeKilledLeavesNoContainers(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs Docker")
+	}
+	const orphanAfter = 3 * time.Second
+	bin := validateBinary(t)
+	cli := dockerClient(t)
+	cmd := exec.Command(bin, "serve", "--config", calculatorConfig, "--addr", "127.0.0.1:0",
+		"--orphan-after", orphanAfter.String(), "--log-level", "WARN")
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waited := make(chan struct{})
+	go func() {
+		_ = cmd.Wait()
+		close(waited)
+	}()
+	host, _ := os.Hostname()
+	ownerPrefix := fmt.Sprintf("%s:%d:", host, cmd.Process.Pid)
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		<-waited
+		// On failure, remove what the killed server left.
+		if owners, err := ownersWithPrefix(context.Background(), cli, ownerPrefix); err == nil {
+			for _, o := range owners {
+				_ = docker.RemoveOwned(context.Background(), cli, o)
+			}
+		}
+	})
+	addr := make(chan string, 1)
+	go func() {
+		listening := regexp.MustCompile(`^listening on (\S+)$`)
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			if m := listening.FindStringSubmatch(sc.Text()); m != nil {
+				addr <- m[1]
+			}
+		}
+	}()
+	var url string
+	select {
+	case a := <-addr:
+		url = "ws://" + a + "/v1/ws"
+	case <-waited:
+		t.Fatal("serve exited before listening")
+	case <-time.After(5 * time.Minute):
+		t.Fatal("serve did not print its address")
+	}
+
+	ctx := t.Context()
+	c, err := gymclient.Dial(ctx, url, gymclient.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, _, err := c.Reset(ctx, "calculator_api", gym.ResetRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	owners, err := ownersWithPrefix(ctx, cli, ownerPrefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(owners) != 1 {
+		t.Fatalf("owners %q of the server's containers, want one", owners)
+	}
+	list, err := cli.ContainerList(ctx, container.ListOptions{Filters: filters.NewArgs(filters.Arg("label", sandbox.LabelOwner+"="+owners[0]))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(list) == 0 {
+		t.Fatal("no running container for the session")
+	}
+
+	if err := cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	<-waited
+	killed := time.Now()
+	waitUntil(t, "the killed server's containers to go", orphanAfter+30*time.Second, func() (bool, error) {
+		for _, c := range list {
+			_, err := cli.ContainerInspect(ctx, c.ID)
+			if err == nil {
+				return false, nil
+			}
+			if !errdefs.IsNotFound(err) {
+				return false, err
+			}
+		}
+		return true, nil
+	})
+	t.Logf("%d containers gone %s after the SIGKILL", len(list), time.Since(killed).Round(time.Millisecond))
+}
+
+// ownersWithPrefix returns the distinct owner labels of containers that
+// start with prefix.
+func ownersWithPrefix(ctx context.Context, cli *client.Client, prefix string) ([]string, error) {
+	list, err := cli.ContainerList(ctx, container.ListOptions{All: true, Filters: filters.NewArgs(filters.Arg("label", sandbox.LabelOwner))})
+	if err != nil {
+		return nil, err
+	}
+	seen := map[string]bool{}
+	var out []string
+	for _, c := range list {
+		if o := c.Labels[sandbox.LabelOwner]; strings.HasPrefix(o, prefix) && !seen[o] {
+			seen[o] = true
+			out = append(out, o)
+		}
+	}
+	return out, nil
+}
