@@ -35,6 +35,9 @@ type session struct {
 	cancelMu   sync.Mutex
 	cancelSeq  int
 	cancelStep map[int]context.CancelFunc
+	// closing is set by Close before it cancels: a step that arrives
+	// after that must not run (it would hold mu while Close waits).
+	closing bool
 
 	// mu serialises calls and guards the fields below.
 	mu               sync.Mutex
@@ -89,6 +92,10 @@ func (s *session) Step(ctx context.Context, a gym.Action) (gym.StepResult, error
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	s.cancelMu.Lock()
+	if s.closing {
+		s.cancelMu.Unlock()
+		return gym.StepResult{}, fmt.Errorf("session %s: step: the session is closing: %w", s.id, gym.ErrEpisodeDone)
+	}
 	if s.cancelStep == nil {
 		s.cancelStep = map[int]context.CancelFunc{}
 	}
@@ -410,6 +417,7 @@ func (s *session) evaluate(ctx context.Context) (gym.Evaluation, error) {
 // Close ends the episode, removes the sandbox and returns the result.
 func (s *session) Close(ctx context.Context) (gym.Result, error) {
 	s.cancelMu.Lock()
+	s.closing = true
 	for _, cancel := range s.cancelStep {
 		cancel()
 	}
