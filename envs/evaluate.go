@@ -96,7 +96,10 @@ func (e *TaskEnv) evaluate(ctx context.Context, sb sandbox.Sandbox) (gym.Evaluat
 			case v.verifierErr != nil:
 				return fail(gym.ClassVerifier, fmt.Errorf("test command %d (%s): %w", i, cmd, v.verifierErr))
 			}
+			// pytest exits 1 for the canaries' failures: the command
+			// succeeded when every hidden test passed.
 			ev.Commands[len(ev.Commands)-1].Source = v.source
+			ev.Commands[len(ev.Commands)-1].Success = v.allPassed()
 			cases = v.cases
 		} else {
 			// Output and files are the code under test's to write; only

@@ -127,6 +127,7 @@ func (e *TaskEnv) newTestRun() *testRun {
 	}
 	if err := guardTmpl.Execute(&buf, map[string]any{
 		"Roots": pyList(roots), "WorkDir": pyString(e.cfg.WorkingDirectory), "Canary": pyString(canary),
+		"Token": pyString(run.token),
 	}); err != nil {
 		panic(err) // the template is ours
 	}
@@ -184,6 +185,12 @@ type verdict struct {
 	tampered string
 	// verifierErr is a failure of the tests themselves.
 	verifierErr error
+}
+
+// allPassed reports whether every counted test case passed.
+func (v verdict) allPassed() bool {
+	_, failed, errored, _ := testresult.Summarize(v.cases)
+	return len(v.cases) > 0 && failed == 0 && errored == 0
 }
 
 // verdict reads a pytest command's report. Only pytest's JUnit report on

@@ -85,9 +85,7 @@ func asAgent(c *Cred, fn func() error) error {
 		return fn()
 	}
 	done := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		// No UnlockOSThread: the thread ends with this goroutine.
+	onSpareThread(func() {
 		if _, _, e := syscall.RawSyscall(syscall.SYS_SETGROUPS, 0, 0, 0); e != 0 {
 			done <- fmt.Errorf("setgroups: %w", e)
 			return
@@ -101,8 +99,32 @@ func asAgent(c *Cred, fn func() error) error {
 			return
 		}
 		done <- fn()
-	}()
+	})
 	return <-done
+}
+
+// onSpareThread runs fn in a new goroutine locked to an OS thread that is
+// not the process's main thread, and never gives the thread back (it ends
+// with the goroutine). fn may change the thread's credentials. The main
+// thread is excluded because Go keeps it alive, blocked, when its locked
+// goroutine exits, and the kernel checks signals and ptrace against the
+// main thread's credentials: a main thread left with the agent's uid would
+// let the agent signal the executor.
+func onSpareThread(fn func()) {
+	var run func()
+	run = func() {
+		runtime.LockOSThread()
+		if syscall.Gettid() == syscall.Getpid() {
+			// Try again elsewhere; this thread is ours until we unlock,
+			// so the new goroutine starts on another one.
+			go run()
+			runtime.UnlockOSThread()
+			return
+		}
+		// No UnlockOSThread: the thread ends with this goroutine.
+		fn()
+	}
+	go run()
 }
 
 // sweepTimeout bounds killAgent.
@@ -136,9 +158,8 @@ func killAgent(c *Cred) error {
 // killAsAgent sends SIGKILL to -1 from a thread with the agent's uid.
 func killAsAgent(c *Cred) error {
 	done := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		// No UnlockOSThread: this thread has given up root for good.
+	onSpareThread(func() {
+		// This thread gives up root for good.
 		if _, _, e := syscall.RawSyscall(syscall.SYS_SETRESUID, uintptr(c.UID), uintptr(c.UID), uintptr(c.UID)); e != 0 {
 			done <- fmt.Errorf("setresuid %d: %w", c.UID, e)
 			return
@@ -148,7 +169,7 @@ func killAsAgent(c *Cred) error {
 			err = nil // nothing to kill
 		}
 		done <- err
-	}()
+	})
 	return <-done
 }
 

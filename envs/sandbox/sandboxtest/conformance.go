@@ -541,6 +541,18 @@ func testReport(t *testing.T, sb sandbox.Sandbox) {
 // testMachineryOutOfReach checks that the agent cannot stop, kill, trace or
 // talk over the sandbox's own processes: its commands and the sandbox go on.
 func testMachineryOutOfReach(t *testing.T, sb sandbox.Sandbox) {
+	// File operations and kills act as the agent on threads of their
+	// own; none may leave the executor's process looking like the agent.
+	for i := range 20 {
+		mustWrite(t, sb, fmt.Sprintf("f%d.txt", i), []byte("x"))
+		if err := sb.KillAll(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r := run(t, sb, sandbox.ExecRequest{Argv: []string{"/bin/sh", "-c", "sed -n 's/^Uid:[[:space:]]*\\([0-9]*\\).*/\\1/p' /proc/$PPID/status"}})
+	if uid := strings.TrimSpace(string(r.Stdout)); uid == "1000" || uid == "" {
+		t.Errorf("the executor's process shows uid %q after acting as the agent", uid)
+	}
 	for _, cmd := range []string{
 		"kill -STOP $PPID",
 		"kill -9 $PPID",
