@@ -90,6 +90,28 @@ type Environment struct {
 	MaxActions int `json:"max_actions"`
 	// MaxOutput caps the bytes of one tool result shown to the agent.
 	MaxOutput int `json:"max_output"`
+
+	// Tasks are the environment's tasks, never empty after Load: those
+	// declared inline (`tasks`), then those of TasksFile (JSONL, one task
+	// object per line), then those of TasksDir (a folder of task folders:
+	// task.json for a native task, task.toml for a Harbor task). An
+	// environment with none of the three has one task made from its own
+	// prompt, hidden_tests and reference_solution, whose id is the
+	// environment's. The environment's other fields are its tasks'
+	// defaults.
+	Tasks     []Task `json:"tasks,omitempty"`
+	TasksFile string `json:"tasks_file,omitempty"`
+	TasksDir  string `json:"tasks_dir,omitempty"`
+}
+
+// Task returns the task with the given id.
+func (e *Environment) Task(id string) (Task, bool) {
+	for _, t := range e.Tasks {
+		if t.ID == id {
+			return t, true
+		}
+	}
+	return Task{}, false
 }
 
 // CopySpec copies a host file or folder (Src, absolute after loading) to
@@ -110,10 +132,12 @@ type CopySpec struct {
 	Dest string `json:"dest"`
 }
 
-// Reference is a task's reference solution: files written, then commands run.
+// Reference is a task's reference solution: files written (copied from
+// the host, then given inline), then commands run.
 type Reference struct {
-	Files    []CopySpec `json:"files"`
-	Commands []string   `json:"commands"`
+	Files    []CopySpec    `json:"files"`
+	Contents []FileContent `json:"contents,omitempty"`
+	Commands []string      `json:"commands"`
 }
 
 // Reward says how test results become a reward.

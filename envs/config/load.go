@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"os"
 	"path/filepath"
@@ -62,6 +63,9 @@ type decoder struct {
 	// failed holds the paths that already have an error, so a value of
 	// the wrong type is not also reported as missing.
 	failed map[string]bool
+	// envCopies are the copy_folders of the environment being decoded,
+	// checked against the hidden files of each of its tasks.
+	envCopies []copyEntry
 }
 
 func (d *decoder) fail(path, format string, args ...any) {
@@ -100,9 +104,12 @@ func (d *decoder) object(path string, raw json.RawMessage) (map[string]json.RawM
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	if err := dec.Decode(&m); err != nil || m == nil {
 		var syn *json.SyntaxError
-		if errors.As(err, &syn) {
+		switch {
+		case errors.As(err, &syn):
 			d.fail(path, "invalid JSON at byte %d: %v", syn.Offset, err)
-		} else {
+		case errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF):
+			d.fail(path, "invalid JSON: it ends early")
+		default:
 			d.fail(path, "want an object, got %s", kind(raw))
 		}
 		return nil, false
@@ -639,8 +646,8 @@ func (d *decoder) environment(path string, raw json.RawMessage, global Timeouts)
 		MaxOutput:        DefaultMaxOutput,
 		MaxRetries:       DefaultMaxRetries,
 	}
-	var copies, hidden []json.RawMessage
-	var copiesPath, hiddenPath string
+	var copies, hidden, tasks []json.RawMessage
+	var copiesPath, hiddenPath, tasksPath string
 	// refFiles finishes the reference solution once the working directory,
 	// which its files default to, is known.
 	var refFiles func(workdir string) []copyEntry
@@ -732,9 +739,18 @@ func (d *decoder) environment(path string, raw json.RawMessage, global Timeouts)
 		"network":     d.str(&e.Network),
 		"max_actions": d.integer(&e.MaxActions),
 		"max_output":  d.integer(&e.MaxOutput),
+		"tasks": func(p string, r json.RawMessage) {
+			tasksPath, tasks = p, d.array(p, r)
+			if tasks == nil {
+				tasks = []json.RawMessage{}
+			}
+		},
+		"tasks_file": d.str(&e.TasksFile),
+		"tasks_dir":  d.str(&e.TasksDir),
 	})
 	_, ownTimeouts := obj["timeout_config"]
-	d.checkEnvironment(path, &e, ownTimeouts)
+	many := tasks != nil || e.TasksFile != "" || e.TasksDir != ""
+	d.checkEnvironment(path, &e, ownTimeouts, many)
 	var copyEntries, hiddenEntries, refEntries []copyEntry
 	for i, c := range copies {
 		if ce, ok := d.copySpec(index(copiesPath, i), c, e.WorkingDirectory); ok {
@@ -752,10 +768,18 @@ func (d *decoder) environment(path string, raw json.RawMessage, global Timeouts)
 		refEntries = refFiles(e.WorkingDirectory)
 	}
 	d.checkDestinations(e.WorkingDirectory, copyEntries, hiddenEntries, refEntries)
+	if many && (len(hidden) > 0 || refFiles != nil || e.Prompt != "") {
+		d.fail(path, "prompt, hidden_tests and reference_solution belong to the tasks when an environment has tasks, tasks_file or tasks_dir")
+	}
+	d.envCopies = copyEntries
+	d.taskSources(path, &e, tasks, tasksPath)
+	d.envCopies = nil
 	return e, true
 }
 
-func (d *decoder) checkEnvironment(path string, e *Environment, ownTimeouts bool) {
+// checkEnvironment checks the environment's own fields; many says its
+// tasks come from task sources, which check the per-task fields.
+func (d *decoder) checkEnvironment(path string, e *Environment, ownTimeouts, many bool) {
 	switch {
 	case d.failed[join(path, "id")]:
 	case e.ID == "":
@@ -763,10 +787,10 @@ func (d *decoder) checkEnvironment(path string, e *Environment, ownTimeouts bool
 	case !idPattern.MatchString(e.ID):
 		d.fail(join(path, "id"), "%q: use letters, digits, '_', '.', '-' (at most 128)", e.ID)
 	}
-	if e.DockerImage == "" && !d.failed[join(path, "docker_image")] {
+	if e.DockerImage == "" && !d.failed[join(path, "docker_image")] && !many {
 		d.fail(join(path, "docker_image"), "missing")
 	}
-	if len(e.UnitTests) == 0 && !d.failed[join(path, "unit_tests")] {
+	if len(e.UnitTests) == 0 && !d.failed[join(path, "unit_tests")] && !many {
 		d.fail(join(path, "unit_tests"), "missing: the reward comes from the unit tests")
 	}
 	for i, t := range e.UnitTests {
@@ -774,7 +798,7 @@ func (d *decoder) checkEnvironment(path string, e *Environment, ownTimeouts bool
 			d.fail(index(join(path, "unit_tests"), i), "empty command")
 		}
 	}
-	if strings.TrimSpace(e.Prompt) == "" && !d.failed[join(path, "prompt")] {
+	if strings.TrimSpace(e.Prompt) == "" && !d.failed[join(path, "prompt")] && !many {
 		d.fail(join(path, "prompt"), "missing")
 	}
 	if !strings.HasPrefix(e.WorkingDirectory, "/") {
@@ -787,12 +811,7 @@ func (d *decoder) checkEnvironment(path string, e *Environment, ownTimeouts bool
 		// Inherited timeouts were checked at the root.
 		d.checkTimeouts(join(path, "timeout_config"), e.Timeouts)
 	}
-	if e.Reward.Mode != RewardPassRate && e.Reward.Mode != RewardBinary {
-		d.fail(join(path, "reward.mode"), "must be %q or %q, got %q", RewardPassRate, RewardBinary, e.Reward.Mode)
-	}
-	if e.Reward.SuccessThreshold <= 0 || e.Reward.SuccessThreshold > 1 {
-		d.fail(join(path, "reward.success_threshold"), "must be in (0, 1], got %v", e.Reward.SuccessThreshold)
-	}
+	d.checkReward(path, e.Reward)
 	if e.Resources.MemoryBytes < 0 || (e.Resources.MemoryBytes > 0 && e.Resources.MemoryBytes < 6<<20) {
 		d.fail(join(path, "resources.memory"), "must be at least 6MiB, got %d bytes", e.Resources.MemoryBytes)
 	}
