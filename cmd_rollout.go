@@ -291,7 +291,7 @@ func selectPolicy(cfg *config.Config, f *rolloutFlags, logger *slog.Logger) (pol
 			if !ok {
 				return nil, fmt.Errorf("environment %s is not in the config: %w", spec.ID, gym.ErrNotFound)
 			}
-			calls, err := envs.ReferenceCalls(ec)
+			calls, err := envs.ReferenceCalls(ec.Tasks[0])
 			if err != nil {
 				return nil, err
 			}

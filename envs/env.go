@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"log/slog"
+	mrand "math/rand/v2"
 	"strings"
 	"sync"
 	"time"
@@ -40,35 +41,61 @@ func NewRegistry(ctx context.Context, cfg *config.Config, opts Options) (*gym.Re
 	return gym.NewRegistry(list...)
 }
 
-// TaskEnv is a gym.Env for one configured environment with one task (the
-// task id is the environment id). It is safe for concurrent use.
+// TaskEnv is a gym.Env for one configured environment and its tasks. It
+// is safe for concurrent use.
 type TaskEnv struct {
 	cfg          config.Environment
 	systemPrompt string
 	opts         Options
 	log          *slog.Logger
 	tools        []gym.Tool
-	// starter are the copy_folders files, baked into the prepared image.
-	starter []sandbox.File
-	// hidden are the hidden test files, copied in only for evaluation.
-	hidden []sandbox.File
-	// hiddenRoots are the destinations of hidden_tests, removed before
-	// the hidden files are copied in so nothing the agent left there counts.
-	hiddenRoots []string
+	// baked are the environment's copy_folders when it has init_commands,
+	// which may need them: they go into the prepared image. Without init
+	// commands they are starter files of every task, like the tasks' own,
+	// so that the tasks of one image share it.
+	baked []sandbox.File
+	// shared are the environment's copy_folders copied into every session.
+	shared []sandbox.File
+	tasks  []*task
+	byID   map[string]*task
 
 	// mu guards the fields below.
-	mu    sync.Mutex
-	image string
+	mu sync.Mutex
+	// images maps a task's base image to its prepared image.
+	images map[string]string
 	// snapshots maps snapshot ids to their images and states.
 	snapshots map[string]snapshotRecord
 }
 
 var (
-	_ gym.Env    = (*TaskEnv)(nil)
-	_ gym.Forker = (*TaskEnv)(nil)
+	_ gym.Env        = (*TaskEnv)(nil)
+	_ gym.Forker     = (*TaskEnv)(nil)
+	_ gym.TaskLister = (*TaskEnv)(nil)
 )
 
-// New returns the TaskEnv for ec, one environment of cfg.
+// task is one task of a TaskEnv. Its files are read from the host on its
+// first use and kept.
+type task struct {
+	env *TaskEnv
+	// cfg is the environment's configuration with the task's values.
+	cfg config.Environment
+	src config.Task
+	log *slog.Logger
+
+	once sync.Once
+	err  error
+	// starter are the task's files written into the sandbox at reset.
+	starter []sandbox.File
+	// hidden are the hidden test files, copied in only for evaluation.
+	hidden []sandbox.File
+	// hiddenRoots are the destinations of the hidden tests, removed
+	// before the hidden files are copied in so nothing the agent left
+	// there counts.
+	hiddenRoots []string
+}
+
+// New returns the TaskEnv for ec, one environment of cfg. It reads the
+// environment's own copy_folders; the tasks' files are read on first use.
 func New(cfg *config.Config, ec config.Environment, opts Options) (*TaskEnv, error) {
 	log := opts.Logger
 	if log == nil {
@@ -80,33 +107,103 @@ func New(cfg *config.Config, ec config.Environment, opts Options) (*TaskEnv, err
 		opts:         opts,
 		log:          log.With("env", ec.ID),
 		tools:        gym.StandardTools(),
+		byID:         map[string]*task{},
 	}
 	for _, c := range ec.CopyFolders {
 		files, err := c.Files()
 		if err != nil {
 			return nil, fmt.Errorf("environment %s: copy_folders %s: %w", ec.ID, c.Src, err)
 		}
-		e.starter = append(e.starter, files...)
+		if len(ec.InitCommands) > 0 {
+			e.baked = append(e.baked, files...)
+		} else {
+			e.shared = append(e.shared, files...)
+		}
 	}
-	hiddenPaths := map[string]bool{}
-	for _, c := range ec.HiddenTests {
+	tasks := ec.Tasks
+	if len(tasks) == 0 || (len(tasks) == 1 && tasks[0].Own) {
+		// The environment's own task follows its fields as they are now,
+		// also when a caller changed them after loading.
+		tasks = []config.Task{config.OwnTask(ec)}
+	}
+	for _, tc := range tasks {
+		if _, dup := e.byID[tc.ID]; dup {
+			return nil, fmt.Errorf("environment %s: duplicate task %q: %w", ec.ID, tc.ID, gym.ErrInvalidArgument)
+		}
+		t := &task{env: e, cfg: taskConfig(ec, tc), src: tc, log: e.log.With("task", tc.ID)}
+		e.tasks = append(e.tasks, t)
+		e.byID[tc.ID] = t
+	}
+	if len(e.tasks) == 1 {
+		// One task: read its files now, so a config mistake shows at
+		// start, as it always has.
+		if err := e.tasks[0].load(); err != nil {
+			return nil, err
+		}
+	}
+	return e, nil
+}
+
+// taskConfig returns the environment's configuration with the task's
+// values in place of the environment's.
+func taskConfig(ec config.Environment, tc config.Task) config.Environment {
+	c := ec
+	c.Tasks = nil
+	c.Prompt = tc.Prompt
+	c.UnitTests = tc.UnitTests
+	c.DockerImage = tc.DockerImage
+	c.Timeouts = tc.Timeouts
+	c.Reward = tc.Reward
+	c.MaxActions = tc.MaxActions
+	c.Resources = tc.Resources
+	c.Network = tc.Network
+	c.HiddenTests = tc.HiddenTests
+	c.Reference = tc.Reference
+	return c
+}
+
+// load reads the task's files from the host once.
+func (t *task) load() error {
+	t.once.Do(func() { t.err = t.read() })
+	return t.err
+}
+
+func (t *task) read() error {
+	id := t.env.cfg.ID + "/" + t.src.ID
+	t.starter = append(t.starter, t.env.shared...)
+	for _, c := range t.src.CopyFolders {
 		files, err := c.Files()
 		if err != nil {
-			return nil, fmt.Errorf("environment %s: hidden_tests %s: %w", ec.ID, c.Src, err)
+			return fmt.Errorf("task %s: copy_folders %s: %w", id, c.Src, err)
+		}
+		t.starter = append(t.starter, files...)
+	}
+	for _, f := range t.src.Files {
+		t.starter = append(t.starter, sandbox.File{Path: f.Path, Data: []byte(f.Content), Mode: 0o644})
+	}
+	hiddenPaths := map[string]bool{}
+	for _, c := range t.src.HiddenTests {
+		files, err := c.Files()
+		if err != nil {
+			return fmt.Errorf("task %s: hidden_tests %s: %w", id, c.Src, err)
 		}
 		for _, f := range files {
 			hiddenPaths[f.Path] = true
 		}
-		e.hidden = append(e.hidden, files...)
-		e.hiddenRoots = append(e.hiddenRoots, c.Dest)
+		t.hidden = append(t.hidden, files...)
 	}
-	for _, f := range e.starter {
-		if hiddenPaths[f.Path] || underAny(f.Path, e.hiddenRoots) {
-			return nil, fmt.Errorf("environment %s: copy_folders would place %s where hidden tests go; the agent would see them: %w",
-				ec.ID, f.Path, gym.ErrInvalidArgument)
+	for _, f := range t.src.HiddenFiles {
+		hiddenPaths[f.Path] = true
+		t.hidden = append(t.hidden, sandbox.File{Path: f.Path, Data: []byte(f.Content), Mode: 0o644})
+	}
+	t.hiddenRoots = t.src.HiddenRoots()
+	for _, f := range append(append([]sandbox.File(nil), t.env.baked...), t.starter...) {
+		if hiddenPaths[f.Path] || underAny(f.Path, t.hiddenRoots) {
+			return fmt.Errorf("task %s: a starter file would be placed at %s, where hidden tests go; the agent would see them: %w",
+				id, f.Path, gym.ErrInvalidArgument)
 		}
 	}
-	return e, nil
+	return nil
 }
 
 // underAny reports whether path is inside one of roots.
@@ -122,65 +219,143 @@ func underAny(path string, roots []string) bool {
 // Config returns the environment's configuration.
 func (e *TaskEnv) Config() config.Environment { return e.cfg }
 
-// Spec describes the environment.
+// maxSpecTasks is the most tasks Spec describes; Tasks pages through the
+// rest.
+const maxSpecTasks = 100
+
+// Spec describes the environment and its first tasks; TaskCount says how
+// many there are, and Tasks lists them page by page.
 func (e *TaskEnv) Spec() gym.EnvSpec {
+	tasks, total := e.Tasks(0, maxSpecTasks)
 	return gym.EnvSpec{
 		ID:          e.cfg.ID,
 		Description: e.cfg.Description,
-		Tasks: []gym.TaskSpec{{
-			ID:           e.cfg.ID,
-			Prompt:       e.cfg.Prompt,
-			TestCommands: len(e.cfg.UnitTests),
-			HasReference: e.cfg.Reference != nil,
-		}},
-		Tools: e.tools,
+		Tasks:       tasks,
+		TaskCount:   total,
+		Tools:       e.tools,
 	}
 }
 
-// Prepare builds the environment's image (base image, copied files, init
-// commands) or finds it in the provider's cache, and returns its reference.
+// Tasks returns up to limit tasks from offset, in declaration order, and
+// the number of tasks.
+func (e *TaskEnv) Tasks(offset, limit int) ([]gym.TaskSpec, int) {
+	n := len(e.tasks)
+	offset = min(max(offset, 0), n)
+	end := n
+	if limit >= 0 && offset+limit < n {
+		end = offset + limit
+	}
+	out := make([]gym.TaskSpec, 0, end-offset)
+	for _, t := range e.tasks[offset:end] {
+		out = append(out, t.spec())
+	}
+	return out, n
+}
+
+func (t *task) spec() gym.TaskSpec {
+	return gym.TaskSpec{
+		ID:           t.src.ID,
+		Prompt:       t.src.Prompt,
+		TestCommands: len(t.src.UnitTests),
+		HasReference: t.src.Reference != nil,
+		Metadata:     t.src.Metadata,
+	}
+}
+
+// Prepare builds the image of the environment's first task (base image,
+// the environment's baked files, init commands) or finds it in the
+// provider's cache, and returns its reference.
 func (e *TaskEnv) Prepare(ctx context.Context) (string, error) {
+	return e.tasks[0].prepare(ctx)
+}
+
+// prepare returns the prepared image of the task's base image, shared by
+// every task of the environment with the same base image.
+func (t *task) prepare(ctx context.Context) (string, error) {
+	e := t.env
+	base := t.cfg.DockerImage
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if e.image != "" {
-		return e.image, nil
+	if ref := e.images[base]; ref != "" {
+		return ref, nil
 	}
 	ref, err := e.opts.Provider.Prepare(ctx, sandbox.ImageSpec{
-		BaseImage:    e.cfg.DockerImage,
+		BaseImage:    base,
 		WorkDir:      e.cfg.WorkingDirectory,
-		Files:        e.starter,
+		Files:        e.baked,
 		InitCommands: e.cfg.InitCommands,
 		Env:          e.cfg.EnvironmentVariables,
 	})
 	if err != nil {
-		return "", fmt.Errorf("environment %s: prepare image: %w", e.cfg.ID, err)
+		return "", fmt.Errorf("environment %s: prepare image from %s: %w", e.cfg.ID, base, err)
 	}
-	e.image = ref
+	if e.images == nil {
+		e.images = map[string]string{}
+	}
+	e.images[base] = ref
 	return ref, nil
 }
 
-// Reset starts a new episode in a fresh sandbox.
-func (e *TaskEnv) Reset(ctx context.Context, req gym.ResetRequest) (gym.Session, gym.Reset, error) {
-	if req.Task != "" && req.Task != e.cfg.ID {
-		return nil, gym.Reset{}, fmt.Errorf("environment %s: task %q: %w", e.cfg.ID, req.Task, gym.ErrNotFound)
+// pick returns the task a reset asks for: the named one; else, with a
+// seed, the same task for the same seed; else one at random.
+func (e *TaskEnv) pick(req gym.ResetRequest) (*task, error) {
+	if req.Task != "" {
+		t, ok := e.byID[req.Task]
+		if !ok {
+			return nil, fmt.Errorf("environment %s: task %q: %w", e.cfg.ID, req.Task, gym.ErrNotFound)
+		}
+		return t, nil
 	}
+	if len(e.tasks) == 1 {
+		return e.tasks[0], nil
+	}
+	if req.Seed != nil {
+		return e.tasks[SeedIndex(*req.Seed, len(e.tasks))], nil
+	}
+	return e.tasks[mrand.IntN(len(e.tasks))], nil
+}
+
+// SeedIndex maps a reset seed to a task index in [0, n): the first output
+// of SplitMix64 seeded with seed, modulo n. The same seed picks the same
+// task of a dataset of the same size on every platform and release, and a
+// client can compute it too (PROTOCOL.md).
+func SeedIndex(seed int64, n int) int {
+	z := uint64(seed) + 0x9e3779b97f4a7c15
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9
+	z = (z ^ (z >> 27)) * 0x94d049bb133111eb
+	z ^= z >> 31
+	return int(z % uint64(n))
+}
+
+// Reset starts a new episode of the task the request picks in a fresh
+// sandbox.
+func (e *TaskEnv) Reset(ctx context.Context, req gym.ResetRequest) (gym.Session, gym.Reset, error) {
 	for k := range req.Options {
 		return nil, gym.Reset{}, fmt.Errorf("environment %s: option %q is not supported: %w", e.cfg.ID, k, gym.ErrInvalidArgument)
 	}
-	image, err := e.Prepare(ctx)
+	t, err := e.pick(req)
+	if err != nil {
+		return nil, gym.Reset{}, err
+	}
+	if err := t.load(); err != nil {
+		return nil, gym.Reset{}, gym.Classify(err, gym.ClassSandbox)
+	}
+	image, err := t.prepare(ctx)
 	if err != nil {
 		return nil, gym.Reset{}, gym.Classify(err, gym.ClassSandbox)
 	}
-	s, err := e.start(ctx, image)
+	s, err := t.start(ctx, image, t.starter)
 	if err != nil {
 		return nil, gym.Reset{}, err
 	}
 	return s, s.initial(), nil
 }
 
-// start makes a session in a new sandbox from image (retrying failed starts
-// max_retries times); its clock starts now.
-func (e *TaskEnv) start(ctx context.Context, image string) (*session, error) {
+// start makes a session of the task in a new sandbox from image with the
+// given starter files (retrying failed starts max_retries times); its
+// clock starts now.
+func (t *task) start(ctx context.Context, image string, files []sandbox.File) (*session, error) {
+	e := t.env
 	id := newSessionID()
 	spec := sandbox.Spec{
 		Image:   image,
@@ -188,15 +363,16 @@ func (e *TaskEnv) start(ctx context.Context, image string) (*session, error) {
 		Env:     e.cfg.EnvironmentVariables,
 		Labels: map[string]string{
 			sandbox.LabelSession: id,
-			sandbox.LabelTask:    e.cfg.ID,
+			sandbox.LabelTask:    e.cfg.ID + "/" + t.src.ID,
 		},
 		Resources: sandbox.Resources{
-			MemoryBytes: e.cfg.Resources.MemoryBytes,
-			CPUs:        e.cfg.Resources.CPUs,
-			PIDs:        e.cfg.Resources.PIDs,
-			DiskBytes:   e.cfg.Resources.DiskBytes,
+			MemoryBytes: t.cfg.Resources.MemoryBytes,
+			CPUs:        t.cfg.Resources.CPUs,
+			PIDs:        t.cfg.Resources.PIDs,
+			DiskBytes:   t.cfg.Resources.DiskBytes,
 		},
-		Network: e.cfg.Network,
+		Network: t.cfg.Network,
+		Files:   files,
 	}
 	var sb sandbox.Sandbox
 	var err error
@@ -213,17 +389,17 @@ func (e *TaskEnv) start(ctx context.Context, image string) (*session, error) {
 	if n, ok := sb.(sandbox.Named); ok && n.SessionID() != "" {
 		id = n.SessionID() // a pooled sandbox was labelled before this reset
 	}
-	s := &session{env: e, id: id, sb: sb, start: time.Now()}
-	e.log.Info("session started", "session_id", id, "sandbox", shortID(sb.ID()))
+	s := &session{env: e, task: t, id: id, sb: sb, start: time.Now()}
+	t.log.Info("session started", "session_id", id, "sandbox", shortID(sb.ID()))
 	return s, nil
 }
 
-// limits returns the episode limits of the environment.
-func (e *TaskEnv) limits() gym.EpisodeLimits {
+// limits returns the episode limits of the task.
+func (t *task) limits() gym.EpisodeLimits {
 	return gym.EpisodeLimits{
-		MaxActions:     e.cfg.MaxActions,
-		GlobalTimeout:  gym.Duration(e.cfg.Timeouts.Global),
-		CommandTimeout: gym.Duration(e.cfg.Timeouts.Command),
+		MaxActions:     t.cfg.MaxActions,
+		GlobalTimeout:  gym.Duration(t.cfg.Timeouts.Global),
+		CommandTimeout: gym.Duration(t.cfg.Timeouts.Command),
 	}
 }
 

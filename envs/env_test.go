@@ -82,7 +82,7 @@ func TestReferenceSolutionScoresOne(t *testing.T) {
 	for _, example := range []string{"calculator_api", "fix_inventory"} {
 		t.Run(example, func(t *testing.T) {
 			e, ec := loadEnv(t, example)
-			calls, err := envs.ReferenceCalls(ec)
+			calls, err := envs.ReferenceCalls(ec.Tasks[0])
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -459,7 +459,7 @@ os._exit(0)
 // snapshot removes its image.
 func TestSnapshotAndForkOnDocker(t *testing.T) {
 	e, ec := loadEnv(t, "calculator_api")
-	calls, err := envs.ReferenceCalls(ec)
+	calls, err := envs.ReferenceCalls(ec.Tasks[0])
 	if err != nil {
 		t.Fatal(err)
 	}

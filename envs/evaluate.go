@@ -22,9 +22,9 @@ const junitLimit = 16 << 20
 // unit_tests commands and scores the test cases. Infrastructure failures
 // come back as an evaluation with an error class and the mask hint, not as
 // an error; an error is returned only when ctx ends.
-func (e *TaskEnv) evaluate(ctx context.Context, sb sandbox.Sandbox) (gym.Evaluation, error) {
+func (t *task) evaluate(ctx context.Context, sb sandbox.Sandbox) (gym.Evaluation, error) {
 	start := time.Now()
-	ev := gym.Evaluation{Mode: e.cfg.Reward.Mode, Tests: []gym.TestCase{}, Commands: []gym.TestCommand{}}
+	ev := gym.Evaluation{Mode: t.cfg.Reward.Mode, Tests: []gym.TestCase{}, Commands: []gym.TestCommand{}}
 	fail := func(class gym.ErrorClass, err error) (gym.Evaluation, error) {
 		if ctx.Err() != nil {
 			return gym.Evaluation{}, ctx.Err()
@@ -43,30 +43,30 @@ func (e *TaskEnv) evaluate(ctx context.Context, sb sandbox.Sandbox) (gym.Evaluat
 		ev, rerr := fail(gym.ClassAgent, fmt.Errorf("tampered: %w", err))
 		ev.Tampered = true
 		ev.Mask = false
-		e.log.Warn("test run tampered with", "err", err)
+		t.log.Warn("test run tampered with", "err", err)
 		return ev, rerr
 	}
 
 	if err := sb.KillAll(ctx); err != nil {
 		return fail(gym.ClassSandbox, fmt.Errorf("stop agent processes: %w", err))
 	}
-	run := e.newTestRun()
+	run := t.newTestRun()
 	for _, p := range run.clear {
 		if err := sb.Remove(ctx, p); err != nil {
 			return fail(gym.ClassSandbox, fmt.Errorf("clear %s: %w", p, err))
 		}
 	}
-	if err := sb.CopyIn(ctx, append(append([]sandbox.File(nil), e.hidden...), run.files...)); err != nil {
+	if err := sb.CopyIn(ctx, append(append([]sandbox.File(nil), t.hidden...), run.files...)); err != nil {
 		return fail(gym.ClassSandbox, fmt.Errorf("install hidden tests: %w", err))
 	}
 
-	for i, cmd := range e.cfg.UnitTests {
+	for i, cmd := range t.cfg.UnitTests {
 		pytest := strings.Contains(cmd, "pytest")
 		r, err := sb.Exec(ctx, sandbox.ExecRequest{
 			Argv:      []string{"/bin/sh", "-c", cmd},
-			Dir:       e.cfg.WorkingDirectory,
-			Env:       run.env(e.cfg, pytest),
-			Timeout:   e.cfg.Timeouts.Test,
+			Dir:       t.cfg.WorkingDirectory,
+			Env:       run.env(t.cfg, pytest),
+			Timeout:   t.cfg.Timeouts.Test,
 			MaxOutput: testOutputLimit,
 			Report:    pytest,
 			ReportMax: junitLimit,
@@ -88,7 +88,7 @@ func (e *TaskEnv) evaluate(ctx context.Context, sb sandbox.Sandbox) (gym.Evaluat
 		}
 		var cases []gym.TestCase
 		if pytest {
-			v := run.verdict(r, e.cfg.Timeouts.Test)
+			v := run.verdict(r, t.cfg.Timeouts.Test)
 			ev.Commands = append(ev.Commands, tc)
 			switch {
 			case v.tampered != "":
@@ -106,7 +106,7 @@ func (e *TaskEnv) evaluate(ctx context.Context, sb sandbox.Sandbox) (gym.Evaluat
 			// the exit status of the command itself is trusted.
 			tc.Source = "exit_code"
 			ev.Commands = append(ev.Commands, tc)
-			cases = []gym.TestCase{exitCase(cmd, r, e.cfg.Timeouts.Test)}
+			cases = []gym.TestCase{exitCase(cmd, r, t.cfg.Timeouts.Test)}
 		}
 		for j := range cases {
 			cases[j].Command = i
@@ -129,7 +129,7 @@ func (e *TaskEnv) evaluate(ctx context.Context, sb sandbox.Sandbox) (gym.Evaluat
 		ev.Mode = "pass_rate"
 		ev.Reward = float64(ev.Passed) / float64(ev.Total)
 	}
-	threshold := e.cfg.Reward.SuccessThreshold
+	threshold := t.cfg.Reward.SuccessThreshold
 	if threshold <= 0 {
 		threshold = 1
 	}

@@ -26,6 +26,7 @@ const readFileLimit = 4 << 20
 // session is one episode of a TaskEnv.
 type session struct {
 	env   *TaskEnv
+	task  *task
 	id    string
 	sb    sandbox.Sandbox
 	start time.Time
@@ -61,27 +62,27 @@ func (s *session) ID() string { return s.id }
 
 // initial returns the reset observation.
 func (s *session) initial() gym.Reset {
-	e := s.env
+	e, t := s.env, s.task
 	var msgs []gym.Message
 	if e.systemPrompt != "" {
 		msgs = append(msgs, gym.Message{Role: gym.RoleSystem, Content: e.systemPrompt})
 	}
-	msgs = append(msgs, gym.Message{Role: gym.RoleUser, Content: e.cfg.Prompt})
+	msgs = append(msgs, gym.Message{Role: gym.RoleUser, Content: t.cfg.Prompt})
 	return gym.Reset{
 		SessionID:    s.id,
 		EnvID:        e.cfg.ID,
-		TaskID:       e.cfg.ID,
+		TaskID:       t.src.ID,
 		SystemPrompt: e.systemPrompt,
-		Prompt:       e.cfg.Prompt,
+		Prompt:       t.cfg.Prompt,
 		Tools:        e.tools,
 		Messages:     msgs,
-		Limits:       e.limits(),
+		Limits:       t.limits(),
 	}
 }
 
 // deadline is when the episode's global timeout passes; zero means never.
 func (s *session) deadline() time.Time {
-	if g := s.env.cfg.Timeouts.Global; g > 0 {
+	if g := s.task.cfg.Timeouts.Global; g > 0 {
 		return s.start.Add(g)
 	}
 	return time.Time{}
@@ -146,9 +147,9 @@ func (s *session) Step(ctx context.Context, a gym.Action) (gym.StepResult, error
 		case s.done:
 			out = "Not executed: the episode already ended (" + string(s.reason) + ")."
 			info = gym.CallInfo{ID: call.ID, Name: call.Function.Name, ExitCode: -1, ErrorClass: gym.ClassEpisodeDone, Error: "episode ended"}
-		case s.env.cfg.MaxActions > 0 && s.actions >= s.env.cfg.MaxActions:
+		case s.task.cfg.MaxActions > 0 && s.actions >= s.task.cfg.MaxActions:
 			s.end(gym.ReasonMaxActions)
-			out = fmt.Sprintf("Not executed: the action limit (%d) was reached.", s.env.cfg.MaxActions)
+			out = fmt.Sprintf("Not executed: the action limit (%d) was reached.", s.task.cfg.MaxActions)
 			info = gym.CallInfo{ID: call.ID, Name: call.Function.Name, ExitCode: -1, ErrorClass: gym.ClassAgent, Error: "action limit reached"}
 		case runCtx.Err() != nil && ctx.Err() == nil:
 			s.end(gym.ReasonTimeout)
@@ -167,7 +168,7 @@ func (s *session) Step(ctx context.Context, a gym.Action) (gym.StepResult, error
 				s.end(gym.ReasonSandboxError)
 			case runCtx.Err() != nil:
 				s.end(gym.ReasonTimeout)
-			case s.env.cfg.MaxActions > 0 && s.actions >= s.env.cfg.MaxActions && !s.done:
+			case s.task.cfg.MaxActions > 0 && s.actions >= s.task.cfg.MaxActions && !s.done:
 				s.end(gym.ReasonMaxActions)
 			}
 		}
@@ -244,7 +245,7 @@ func (s *session) call(ctx context.Context, call gym.ToolCall) (string, gym.Call
 // dispatch runs one tool. Errors are classified: agent errors are the
 // agent's fault, sandbox errors end the episode.
 func (s *session) dispatch(ctx context.Context, call gym.ToolCall, info *gym.CallInfo) (string, error) {
-	cfg := s.env.cfg
+	cfg := s.task.cfg
 	switch call.Function.Name {
 	case gym.ToolExecuteCommand:
 		var args gym.ExecuteCommandArgs
@@ -374,12 +375,12 @@ func fileError(tool, p string, err error) error {
 // resolve makes p absolute against the working directory.
 func (s *session) resolve(p string) string {
 	if p == "" {
-		return s.env.cfg.WorkingDirectory
+		return s.task.cfg.WorkingDirectory
 	}
 	if path.IsAbs(p) {
 		return path.Clean(p)
 	}
-	return path.Join(s.env.cfg.WorkingDirectory, p)
+	return path.Join(s.task.cfg.WorkingDirectory, p)
 }
 
 // Evaluate ends the episode if needed and runs the hidden tests once.
@@ -400,11 +401,11 @@ func (s *session) evaluate(ctx context.Context) (gym.Evaluation, error) {
 	}
 	if s.reason == gym.ReasonAgentCrash {
 		// Nothing is left to test; the failure is the agent's.
-		s.eval = &gym.Evaluation{Mode: cmp.Or(s.env.cfg.Reward.Mode, "pass_rate"), Tests: []gym.TestCase{}, Commands: []gym.TestCommand{},
+		s.eval = &gym.Evaluation{Mode: cmp.Or(s.task.cfg.Reward.Mode, "pass_rate"), Tests: []gym.TestCase{}, Commands: []gym.TestCommand{},
 			ErrorClass: gym.ClassAgent, Error: "the agent crashed its sandbox: " + s.crash}
 		return *s.eval, nil
 	}
-	ev, err := s.env.evaluate(ctx, s.sb)
+	ev, err := s.task.evaluate(ctx, s.sb)
 	if err != nil {
 		return gym.Evaluation{}, fmt.Errorf("session %s: evaluate: %w", s.id, err)
 	}
@@ -436,7 +437,7 @@ func (s *session) Close(ctx context.Context) (gym.Result, error) {
 	s.result = gym.Result{
 		SessionID:         s.id,
 		EnvID:             s.env.cfg.ID,
-		TaskID:            s.env.cfg.ID,
+		TaskID:            s.task.src.ID,
 		Steps:             s.steps,
 		Actions:           s.actions,
 		TerminationReason: s.reason,

@@ -15,6 +15,7 @@ import (
 // the episode's state.
 type snapshotRecord struct {
 	image string
+	task  *task
 	snap  gym.Snapshot
 }
 
@@ -43,7 +44,7 @@ func (s *session) Snapshot(ctx context.Context) (gym.Snapshot, error) {
 	snap := gym.Snapshot{
 		ID:        "snap-" + hex.EncodeToString(b[:]),
 		EnvID:     s.env.cfg.ID,
-		TaskID:    s.env.cfg.ID,
+		TaskID:    s.task.src.ID,
 		SessionID: s.id,
 		Steps:     s.steps,
 		Actions:   s.actions,
@@ -55,7 +56,7 @@ func (s *session) Snapshot(ctx context.Context) (gym.Snapshot, error) {
 	if e.snapshots == nil {
 		e.snapshots = map[string]snapshotRecord{}
 	}
-	e.snapshots[snap.ID] = snapshotRecord{image: image, snap: snap}
+	e.snapshots[snap.ID] = snapshotRecord{image: image, task: s.task, snap: snap}
 	e.mu.Unlock()
 	e.log.Info("session saved", "session_id", s.id, "snapshot", snap.ID, "steps", snap.Steps)
 	return snap, nil
@@ -70,7 +71,8 @@ func (e *TaskEnv) Fork(ctx context.Context, snapshotID string) (gym.Session, gym
 	if !ok {
 		return nil, gym.Reset{}, fmt.Errorf("environment %s: snapshot %q: %w", e.cfg.ID, snapshotID, gym.ErrNotFound)
 	}
-	s, err := e.start(ctx, rec.image)
+	// The snapshot holds the starter files as the agent left them.
+	s, err := rec.task.start(ctx, rec.image, nil)
 	if err != nil {
 		return nil, gym.Reset{}, err
 	}

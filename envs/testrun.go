@@ -56,9 +56,9 @@ type testRun struct {
 }
 
 // newTestRun plans one evaluation's test run.
-func (e *TaskEnv) newTestRun() *testRun {
+func (t *task) newTestRun() *testRun {
 	run := &testRun{dir: "/tmp/.gymserver-eval-" + randomHex(8), token: "gs" + randomHex(8)}
-	for _, f := range e.hidden {
+	for _, f := range t.hidden {
 		if path.Base(f.Path) == "pytest.ini" && run.ini == "" {
 			run.ini, run.hiddenIni = f.Path, true
 		}
@@ -72,8 +72,8 @@ func (e *TaskEnv) newTestRun() *testRun {
 	// conftest.py files that apply to the tests apply to it too); without
 	// one it goes in the run's own directory.
 	var dirRoots, searchDirs []string
-	for _, r := range e.hiddenRoots {
-		if e.hiddenDir(r) {
+	for _, r := range t.hiddenRoots {
+		if t.hiddenDir(r) {
 			dirRoots = append(dirRoots, r)
 			searchDirs = append(searchDirs, r)
 		} else {
@@ -104,7 +104,7 @@ func (e *TaskEnv) newTestRun() *testRun {
 		}
 	}
 	sort.Strings(run.clear)
-	run.clear = append(append([]string(nil), e.hiddenRoots...), run.clear...)
+	run.clear = append(append([]string(nil), t.hiddenRoots...), run.clear...)
 
 	a, b := randomInt(), randomInt()
 	for a == b {
@@ -117,8 +117,8 @@ func (e *TaskEnv) newTestRun() *testRun {
 	run.files = append(run.files, sandbox.File{Path: canary, Data: bytes.Clone(buf.Bytes()), Mode: 0o644})
 	buf.Reset()
 	roots := dirRoots
-	for _, r := range e.hiddenRoots {
-		if !e.hiddenDir(r) {
+	for _, r := range t.hiddenRoots {
+		if !t.hiddenDir(r) {
 			roots = append(roots, r)
 		}
 	}
@@ -126,7 +126,7 @@ func (e *TaskEnv) newTestRun() *testRun {
 		roots = append(roots, canaryDir)
 	}
 	if err := guardTmpl.Execute(&buf, map[string]any{
-		"Roots": pyList(roots), "WorkDir": pyString(e.cfg.WorkingDirectory), "Canary": pyString(canary),
+		"Roots": pyList(roots), "WorkDir": pyString(t.cfg.WorkingDirectory), "Canary": pyString(canary),
 		"Token": pyString(run.token),
 	}); err != nil {
 		panic(err) // the template is ours
@@ -137,8 +137,8 @@ func (e *TaskEnv) newTestRun() *testRun {
 
 // hiddenDir reports whether the hidden root r is a directory (it has files
 // below it) rather than a single file.
-func (e *TaskEnv) hiddenDir(r string) bool {
-	for _, f := range e.hidden {
+func (t *task) hiddenDir(r string) bool {
+	for _, f := range t.hidden {
 		if strings.HasPrefix(f.Path, strings.TrimSuffix(r, "/")+"/") {
 			return true
 		}

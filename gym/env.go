@@ -346,10 +346,21 @@ func (d *Duration) UnmarshalJSON(b []byte) error {
 
 // EnvSpec describes an environment.
 type EnvSpec struct {
-	ID          string     `json:"id"`
-	Description string     `json:"description,omitempty"`
-	Tasks       []TaskSpec `json:"tasks"`
-	Tools       []Tool     `json:"tools"`
+	ID          string `json:"id"`
+	Description string `json:"description,omitempty"`
+	// Tasks are the environment's first tasks (all of them when there are
+	// few); TaskCount is how many there are. A TaskLister pages through
+	// the rest.
+	Tasks     []TaskSpec `json:"tasks"`
+	TaskCount int        `json:"task_count"`
+	Tools     []Tool     `json:"tools"`
+}
+
+// TaskLister is an Env with many tasks that lists them page by page.
+type TaskLister interface {
+	// Tasks returns up to limit tasks (all from offset when limit < 0)
+	// starting at offset, in a stable order, and the number of tasks.
+	Tasks(offset, limit int) ([]TaskSpec, int)
 }
 
 // TaskSpec describes one task of an environment.
@@ -360,6 +371,8 @@ type TaskSpec struct {
 	// after a run).
 	TestCommands int  `json:"test_commands"`
 	HasReference bool `json:"has_reference"`
+	// Metadata is the task's free-form data from its configuration.
+	Metadata map[string]any `json:"metadata,omitempty"`
 }
 
 // Policy chooses the next assistant message from the transcript so far.

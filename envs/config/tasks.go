@@ -47,6 +47,9 @@ type Task struct {
 	// Source says where the task was declared, for messages:
 	// "environments[0].tasks[3]", "tasks.jsonl:12", "tasks/add/task.json".
 	Source string `json:"-"`
+	// Own marks the one task of an environment without task sources,
+	// made from the environment's fields by OwnTask.
+	Own bool `json:"-"`
 }
 
 // FileContent is a file given inline in the config.
@@ -96,7 +99,9 @@ func (d *decoder) taskSources(path string, e *Environment, inline []json.RawMess
 		d.errs = append(d.errs[:before+maxTaskErrors], fmt.Errorf("%s: more problems in the tasks were not checked after the first %d", path, maxTaskErrors))
 	}
 	if inline == nil && e.TasksFile == "" && e.TasksDir == "" {
-		e.Tasks = []Task{d.ownTask(path, e)}
+		t := OwnTask(*e)
+		t.Source = path
+		e.Tasks = []Task{t}
 		return
 	}
 	if len(e.Tasks) == 0 && len(d.errs) == before {
@@ -104,9 +109,12 @@ func (d *decoder) taskSources(path string, e *Environment, inline []json.RawMess
 	}
 }
 
-// ownTask is the one task of an environment declared the seed's way.
-func (d *decoder) ownTask(path string, e *Environment) Task {
+// OwnTask returns the one task of an environment declared the seed's way,
+// without task sources: the environment's prompt, hidden tests, reference
+// and settings, under the environment's id.
+func OwnTask(e Environment) Task {
 	return Task{
+		Own:         true,
 		ID:          e.ID,
 		Prompt:      e.Prompt,
 		HiddenTests: e.HiddenTests,
@@ -118,8 +126,17 @@ func (d *decoder) ownTask(path string, e *Environment) Task {
 		MaxActions:  e.MaxActions,
 		Resources:   e.Resources,
 		Network:     e.Network,
-		Source:      path,
 	}
+}
+
+// defaults returns a task holding the environment's settings, for a task
+// declared at src to start from.
+func defaults(src string, e *Environment) Task {
+	t := OwnTask(*e)
+	t.Own = false
+	t.Prompt, t.HiddenTests, t.Reference = "", nil, nil
+	t.Source = src
+	return t
 }
 
 // tasksFile reads a JSONL file of task objects.
@@ -228,8 +245,7 @@ func (d *decoder) task(src string, raw json.RawMessage, e *Environment, dir stri
 	if !ok {
 		return Task{}, false
 	}
-	t := d.ownTask(src, e)
-	t.Prompt, t.HiddenTests, t.Reference = "", nil, nil
+	t := defaults(src, e)
 	saved := d.dir
 	d.dir = dir
 	defer func() { d.dir = saved }()
@@ -464,11 +480,9 @@ func (d *decoder) checkReward(path string, r Reward) {
 // harborTask reads a Harbor task directory. The envs/harbor package does
 // the full reading; here the task gets its id, prompt and source.
 func (d *decoder) harborTask(path, dir string, e *Environment) (Task, bool) {
-	t := d.ownTask(path, e)
+	t := defaults(dir, e)
 	t.ID = filepath.Base(dir)
 	t.Harbor = dir
-	t.Source = dir
-	t.HiddenTests, t.Reference = nil, nil
 	if !idPattern.MatchString(t.ID) {
 		d.fail(path, "%s: the folder name %q is not a valid task id (letters, digits, '_', '.', '-')", dir, t.ID)
 		return t, false

@@ -13,14 +13,24 @@ import (
 )
 
 // poolKey identifies the sandboxes that can stand in for one another: the
-// same Spec but for the session label.
+// same Spec but for the session and task labels and the starter files,
+// which a pooled sandbox gets when it is handed out.
 func poolKey(spec sandbox.Spec) string {
-	labels := maps.Clone(spec.Labels)
-	delete(labels, sandbox.LabelSession)
-	spec.Labels = labels
+	spec = poolSpec(spec)
 	b, _ := json.Marshal(spec) // maps marshal with sorted keys
 	sum := sha256.Sum256(b)
 	return hex.EncodeToString(sum[:])
+}
+
+// poolSpec is spec without what differs between the sessions a pooled
+// sandbox may serve.
+func poolSpec(spec sandbox.Spec) sandbox.Spec {
+	labels := maps.Clone(spec.Labels)
+	delete(labels, sandbox.LabelSession)
+	delete(labels, sandbox.LabelTask)
+	spec.Labels = labels
+	spec.Files = nil
+	return spec
 }
 
 // newSessionID makes a session id for a pooled sandbox, in the format the
@@ -89,6 +99,7 @@ func (p *Provider) refill(key string, spec sandbox.Spec) {
 // fill starts one pooled sandbox with a session id of its own.
 func (p *Provider) fill(key string, spec sandbox.Spec) {
 	defer p.bg.Done()
+	spec = poolSpec(spec)
 	labels := maps.Clone(spec.Labels)
 	if labels == nil {
 		labels = map[string]string{}

@@ -233,6 +233,42 @@ func (p *Provider) prepareArchive(workdir string, files []sandbox.File) (*bytes.
 	var buf bytes.Buffer
 	tw := tar.NewWriter(&buf)
 	now := time.Now()
+	if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: ".gymserver/", Mode: 0o755, ModTime: now}); err != nil {
+		return nil, err
+	}
+	if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: executorPath[1:], Mode: 0o755, Size: int64(len(bin)), ModTime: now}); err != nil {
+		return nil, err
+	}
+	if _, err := tw.Write(bin); err != nil {
+		return nil, err
+	}
+	if err := writeUserFiles(tw, workdir, files); err != nil {
+		return nil, err
+	}
+	if err := tw.Close(); err != nil {
+		return nil, err
+	}
+	return &buf, nil
+}
+
+// filesArchive builds the tar of the working directory and the files, all
+// the sandbox user's.
+func filesArchive(workdir string, files []sandbox.File) (*bytes.Buffer, error) {
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	if err := writeUserFiles(tw, workdir, files); err != nil {
+		return nil, err
+	}
+	if err := tw.Close(); err != nil {
+		return nil, err
+	}
+	return &buf, nil
+}
+
+// writeUserFiles adds the working directory, the folders between it and
+// the files, and the files to tw, owned by the sandbox user.
+func writeUserFiles(tw *tar.Writer, workdir string, files []sandbox.File) error {
+	now := time.Now()
 	add := func(h *tar.Header, data []byte) error {
 		h.ModTime = now
 		if err := tw.WriteHeader(h); err != nil {
@@ -240,12 +276,6 @@ func (p *Provider) prepareArchive(workdir string, files []sandbox.File) (*bytes.
 		}
 		_, err := tw.Write(data)
 		return err
-	}
-	if err := add(&tar.Header{Typeflag: tar.TypeDir, Name: ".gymserver/", Mode: 0o755}, nil); err != nil {
-		return nil, err
-	}
-	if err := add(&tar.Header{Typeflag: tar.TypeReg, Name: executorPath[1:], Mode: 0o755, Size: int64(len(bin))}, bin); err != nil {
-		return nil, err
 	}
 	// Directories from the working directory down are the user's.
 	userDirs := map[string]bool{}
@@ -264,25 +294,22 @@ func (p *Provider) prepareArchive(workdir string, files []sandbox.File) (*bytes.
 	sort.Strings(dirs)
 	for _, d := range dirs {
 		if err := add(&tar.Header{Typeflag: tar.TypeDir, Name: d[1:] + "/", Mode: 0o755, Uid: 1000, Gid: 1000}, nil); err != nil {
-			return nil, err
+			return err
 		}
 	}
 	for _, f := range files {
 		if !path.IsAbs(f.Path) {
-			return nil, fmt.Errorf("file %s: path is not absolute", f.Path)
+			return fmt.Errorf("file %s: path is not absolute", f.Path)
 		}
 		mode := int64(f.Mode.Perm())
 		if mode == 0 {
 			mode = 0o644
 		}
 		if err := add(&tar.Header{Typeflag: tar.TypeReg, Name: f.Path[1:], Mode: mode, Size: int64(len(f.Data)), Uid: 1000, Gid: 1000}, f.Data); err != nil {
-			return nil, err
+			return err
 		}
 	}
-	if err := tw.Close(); err != nil {
-		return nil, err
-	}
-	return &buf, nil
+	return nil
 }
 
 // execOnce runs one command with a plain docker exec and returns its exit

@@ -7,7 +7,9 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"path"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -55,10 +57,58 @@ func (p *Provider) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sandb
 	// Whether or not this call is served from the pool, the pool is
 	// topped up for the next one.
 	defer p.refill(key, spec)
-	if s := p.takePooled(key); s != nil {
-		return s, nil
+	if !inWorkDir(spec.WorkDir, spec.Files) {
+		// The agent cannot write there: the files go in before start.
+		return p.create(ctx, spec)
 	}
-	return p.create(ctx, spec)
+	for {
+		s := p.takePooled(key)
+		if s == nil {
+			return p.create(ctx, spec)
+		}
+		err := s.writeStarter(ctx, spec.WorkDir, spec.Files)
+		if err == nil {
+			return s, nil
+		}
+		// A broken pooled sandbox goes; the next one or a new one serves.
+		p.log.Info("pooled sandbox refused the starter files; starting a new one", "container", shortID(s.id), "err", err)
+		_ = s.Close(context.WithoutCancel(ctx))
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+	}
+}
+
+// writeStarter writes a pooled sandbox's starter files as the agent, so
+// they and the folders made for them are the agent's.
+func (s *Sandbox) writeStarter(ctx context.Context, workdir string, files []sandbox.File) error {
+	for _, f := range files {
+		err := s.bounded(ctx, "write starter file", opBound, func(ctx context.Context) error {
+			return s.exec.WriteFile(ctx, f.Path, f.Data, starterMode(f.Mode))
+		})
+		if err != nil {
+			return fmt.Errorf("write %s: %w", f.Path, err)
+		}
+	}
+	return nil
+}
+
+// inWorkDir reports whether every file lies below workdir.
+func inWorkDir(workdir string, files []sandbox.File) bool {
+	for _, f := range files {
+		if workdir == "" || workdir == "/" || !strings.HasPrefix(path.Clean(f.Path), strings.TrimSuffix(workdir, "/")+"/") {
+			return false
+		}
+	}
+	return true
+}
+
+// starterMode is the mode a starter file gets: its own, 0644 when unset.
+func starterMode(m fs.FileMode) fs.FileMode {
+	if m.Perm() == 0 {
+		return 0o644
+	}
+	return m.Perm()
 }
 
 // create starts a container from a prepared image and attaches its
@@ -144,6 +194,15 @@ func (p *Provider) create(ctx context.Context, spec sandbox.Spec) (_ *Sandbox, e
 	p.mu.Lock()
 	p.live[s.id] = s
 	p.mu.Unlock()
+	if len(spec.Files) > 0 {
+		archive, err := filesArchive(workdir, spec.Files)
+		if err != nil {
+			return nil, gym.Classify(fmt.Errorf("docker: starter files: %w", err), gym.ClassSandbox)
+		}
+		if err := p.cli.CopyToContainer(ctx, s.id, "/", archive, container.CopyToContainerOptions{}); err != nil {
+			return nil, gym.Classify(fmt.Errorf("docker: copy starter files into %s: %w", shortID(s.id), err), gym.ClassSandbox)
+		}
+	}
 	if err := p.cli.ContainerStart(ctx, s.id, container.StartOptions{}); err != nil {
 		return nil, gym.Classify(fmt.Errorf("docker: start container %s: %w", shortID(s.id), err), gym.ClassSandbox)
 	}

@@ -117,6 +117,11 @@ type Spec struct {
 	Resources Resources
 	// Network is "none" (the default) or a Docker network name.
 	Network string
+	// Files are the task's starter files, in place before Create returns
+	// and owned by the sandbox user, as are the folders made for them
+	// inside WorkDir. They do not make a sandbox different for pooling: a
+	// pooled sandbox of the same Spec gets them when it is handed out.
+	Files []File
 }
 
 // Resources are the limits of a sandbox; zero values mean the defaults.
