@@ -303,9 +303,9 @@ func summarise(l *validateEnv) {
 
 // solveTask runs the reference episode and the do-nothing episode of one
 // task and checks that they score 1.0 and below 1.0.
-func solveTask(ctx context.Context, env gym.Env, t config.Task, logger *slog.Logger) validateTask {
+func solveTask(ctx context.Context, env gym.Env, t config.Task, logger *slog.Logger) (line validateTask) {
 	start := time.Now()
-	line := validateTask{ID: t.ID}
+	line.ID = t.ID
 	defer func() { line.Seconds = time.Since(start).Seconds() }()
 	calls, err := envs.ReferenceCalls(t)
 	if err != nil {
