@@ -1,9 +1,11 @@
 package docker_test
 
 import (
+	"bufio"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"fmt"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -23,6 +25,7 @@ import (
 	"github.com/gymserver/gymserver/envs/docker"
 	"github.com/gymserver/gymserver/envs/docker/dockertest"
 	"github.com/gymserver/gymserver/envs/sandbox"
+	"github.com/gymserver/gymserver/envs/sandbox/sandboxtest"
 )
 
 // labelJanitorTest marks what these tests create, with a value of each
@@ -339,4 +342,136 @@ func (w lockedWriter) Write(p []byte) (int, error) {
 // newTestLogger returns a text logger into b, guarded by mu.
 func newTestLogger(b *strings.Builder, mu *sync.Mutex) *slog.Logger {
 	return slog.New(slog.NewTextHandler(lockedWriter{b, mu}, nil))
+}
+
+// Environment of TestJanitorHelperProcess, set by
+// TestJanitorAfterSIGKILL for the process it kills.
+const (
+	envHelperOwner    = "GYMSERVER_TEST_JANITOR_OWNER"
+	envHelperExecutor = "GYMSERVER_TEST_JANITOR_EXECUTOR"
+	envHelperJanitor  = "GYMSERVER_TEST_JANITOR_BIN"
+	envHelperLog      = "GYMSERVER_TEST_JANITOR_LOG"
+	helperReady       = "janitor-helper-ready "
+)
+
+// TestJanitorHelperProcess is not a test: run by TestJanitorAfterSIGKILL
+// in a process of its own, it opens a provider with a janitor, starts a
+// sandbox, commits a snapshot image, prints their ids and waits to be
+// killed.
+func TestJanitorHelperProcess(t *testing.T) {
+	owner := os.Getenv(envHelperOwner)
+	if owner == "" {
+		t.Skip("helper process of TestJanitorAfterSIGKILL")
+	}
+	ctx := context.Background()
+	p, err := docker.New(ctx, docker.Options{
+		ExecutorBinary: os.Getenv(envHelperExecutor),
+		Owner:          owner,
+		Janitor:        []string{os.Getenv(envHelperJanitor), "__janitor", "--grace", "500ms", "--log", os.Getenv(envHelperLog)},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	img, err := p.Prepare(ctx, sandbox.ImageSpec{BaseImage: baseimage.Python, WorkDir: "/workspace"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sb, err := p.Create(ctx, sandbox.Spec{Image: img, WorkDir: "/workspace"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	snap, err := sb.(sandbox.Committer).Commit(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fmt.Printf("%s%s %s\n", helperReady, sb.ID(), snap)
+	select {} // until killed
+}
+
+// TestJanitorAfterSIGKILL kills, with SIGKILL, a process whose provider has
+// a janitor, a sandbox and a snapshot image, and checks that the janitor
+// alone removes both within a bound. The provider's owner is not of the
+// "<host>:<pid>:<random>" form, so no other gymserver on the host reaps
+// them meanwhile, and its orphan timeout is the default, far beyond the
+// bound.
+func TestJanitorAfterSIGKILL(t *testing.T) {
+	const within = 30 * time.Second
+	f := newJanitorFixture(t)
+	owner := "test-janitor-" + f.tag + "-killed"
+	logPath := filepath.Join(t.TempDir(), "janitor.log")
+	cmd := exec.Command(os.Args[0], "-test.run=^TestJanitorHelperProcess$", "-test.count=1")
+	cmd.Env = append(os.Environ(),
+		envHelperOwner+"="+owner,
+		envHelperExecutor+"="+sandboxtest.ExecutorBinary(t),
+		envHelperJanitor+"="+gymserverBinary(t),
+		envHelperLog+"="+logPath)
+	cmd.Stderr = os.Stderr
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waited := make(chan struct{})
+	go func() {
+		_ = cmd.Wait()
+		close(waited)
+	}()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		<-waited
+		// On failure, remove what the killed helper left.
+		ctx := context.Background()
+		_ = docker.RemoveOwned(ctx, f.cli, owner)
+		imgs, _ := f.cli.ImageList(ctx, image.ListOptions{Filters: filters.NewArgs(
+			filters.Arg("label", "gymserver.snapshot"), filters.Arg("label", sandbox.LabelOwner+"="+owner))})
+		for _, img := range imgs {
+			_, _ = f.cli.ImageRemove(ctx, img.ID, image.RemoveOptions{Force: true, PruneChildren: true})
+		}
+	})
+	ready := make(chan []string, 1)
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			if rest, ok := strings.CutPrefix(sc.Text(), helperReady); ok {
+				ready <- strings.Fields(rest)
+			}
+		}
+	}()
+	var ids []string
+	select {
+	case ids = <-ready:
+	case <-waited:
+		t.Fatal("helper exited before it was ready")
+	case <-time.After(5 * time.Minute):
+		t.Fatal("helper not ready")
+	}
+	if len(ids) != 2 {
+		t.Fatalf("helper printed %q, want a container id and an image", ids)
+	}
+	sandboxID, snapshot := ids[0], ids[1]
+	if !f.exists("container", sandboxID) || !f.exists("image", snapshot) {
+		t.Fatal("the helper's sandbox or snapshot image is not there before the kill")
+	}
+
+	if err := cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	<-waited
+	killed := time.Now()
+	waitUntil(t, "the killed provider's sandbox and snapshot image to go", within, func() (bool, error) {
+		return !f.exists("container", sandboxID) && !f.exists("image", snapshot), nil
+	})
+	t.Logf("sandbox and snapshot image gone %s after the SIGKILL", time.Since(killed).Round(time.Millisecond))
+	waitUntil(t, "the janitor to log that it is done", within, func() (bool, error) {
+		b, err := os.ReadFile(logPath)
+		return err == nil && strings.Contains(string(b), "janitor done"), nil
+	})
+	b, _ := os.ReadFile(logPath)
+	for _, want := range []string{"gone without closing", "janitor removed container", "janitor removed snapshot image", "removed=2"} {
+		if !strings.Contains(string(b), want) {
+			t.Errorf("janitor log lacks %q:\n%s", want, b)
+		}
+	}
 }
