@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -357,7 +358,7 @@ const (
 // TestJanitorHelperProcess is not a test: run by TestJanitorAfterSIGKILL
 // in a process of its own, it opens a provider with a janitor, starts a
 // sandbox, commits a snapshot image, prints their ids and waits to be
-// killed.
+// killed. Should its parent die first, it exits when its stdin closes.
 func TestJanitorHelperProcess(t *testing.T) {
 	owner := os.Getenv(envHelperOwner)
 	if owner == "" {
@@ -385,7 +386,8 @@ func TestJanitorHelperProcess(t *testing.T) {
 		t.Fatal(err)
 	}
 	fmt.Printf("%s%s %s\n", helperReady, sb.ID(), snap)
-	select {} // until killed
+	_, _ = io.Copy(io.Discard, os.Stdin)
+	os.Exit(1) // without closing the provider: its janitor cleans up
 }
 
 // TestJanitorAfterSIGKILL kills, with SIGKILL, a process whose provider has
@@ -406,6 +408,10 @@ func TestJanitorAfterSIGKILL(t *testing.T) {
 		envHelperJanitor+"="+gymserverBinary(t),
 		envHelperLog+"="+logPath)
 	cmd.Stderr = os.Stderr
+	// Held open until the helper is killed; see TestJanitorHelperProcess.
+	if _, err := cmd.StdinPipe(); err != nil {
+		t.Fatal(err)
+	}
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
