@@ -199,7 +199,8 @@ func TestReapCommand(t *testing.T) {
 
 // TestServeKilledLeavesNoContainers kills `gymserver serve` with SIGKILL
 // while a session is open and checks that its sandboxes remove themselves
-// within the orphan timeout.
+// within the orphan timeout; without a janitor, which would remove them
+// first.
 func TestServeKilledLeavesNoContainers(t *testing.T) {
 	if testing.Short() {
 		t.Skip("needs Docker")
@@ -208,7 +209,7 @@ func TestServeKilledLeavesNoContainers(t *testing.T) {
 	bin := validateBinary(t)
 	cli := dockerClient(t)
 	cmd := exec.Command(bin, "serve", "--config", calculatorConfig, "--addr", "127.0.0.1:0",
-		"--orphan-after", orphanAfter.String(), "--log-level", "WARN")
+		"--orphan-after", orphanAfter.String(), "--no-janitor", "--log-level", "WARN")
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)

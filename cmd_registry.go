@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -44,7 +45,19 @@ func newProvider(ctx context.Context, logger *slog.Logger, opts loadOptions) (*d
 	if err != nil {
 		return nil, fmt.Errorf("docker client: %w", err)
 	}
+	var janitor []string
+	if opts.Janitor {
+		janitor = []string{self, janitorCommand}
+		if opts.JanitorLog != "" {
+			abs, err := filepath.Abs(opts.JanitorLog)
+			if err != nil {
+				return nil, fmt.Errorf("janitor log: %w", err)
+			}
+			janitor = append(janitor, "--log", abs)
+		}
+	}
 	p, err := docker.New(ctx, docker.Options{
+		Janitor:        janitor,
 		ExecutorBinary: self,
 		ExecutorArgs:   []string{executorCommand},
 		Logger:         logger,
@@ -74,6 +87,13 @@ type loadOptions struct {
 	// executor (0: docker.DefaultOrphanAfter, negative: forever); see
 	// docker.Options.OrphanAfter.
 	OrphanAfter time.Duration
+	// Janitor starts a janitor process that removes the provider's
+	// containers and snapshot images once this process is gone, even by
+	// SIGKILL; see docker.Options.Janitor.
+	Janitor bool
+	// JanitorLog is the file the janitor appends its log to (empty:
+	// none).
+	JanitorLog string
 }
 
 // orphanAfterOption turns the --orphan-after flag, where 0 means never,

@@ -39,6 +39,8 @@ type rolloutFlags struct {
 	parallel, episodes     int
 	warmPool               int
 	orphanAfter            time.Duration
+	noJanitor              bool
+	janitorLog             string
 	policy                 string
 	server, token          string
 	// set holds the names of the flags given on the command line.
@@ -102,6 +104,8 @@ func rolloutWith(ctx context.Context, args []string, stdout, stderr io.Writer, l
 	fs.IntVar(&f.episodes, "episodes", 0, "episodes per environment (default: episode_control_config.max_episodes)")
 	fs.IntVar(&f.warmPool, "warm-pool", 0, "started sandboxes kept ready per environment, so episodes start at once (in process only)")
 	fs.DurationVar(&f.orphanAfter, "orphan-after", docker.DefaultOrphanAfter, "a sandbox whose executor stream is gone (e.g. this process was killed) removes itself after this long; 0: never (in process only)")
+	fs.BoolVar(&f.noJanitor, "no-janitor", false, "start no janitor process; without it, snapshot images of a killed run stay until the next start or gymserver reap (in process only)")
+	fs.StringVar(&f.janitorLog, "janitor-log", "", "file the janitor appends what it removed to (default: none; in process only)")
 	fs.StringVar(&f.policy, "policy", "llm", "llm, oracle (each environment's reference solution) or replay:FILE (a trajectory's calls)")
 	fs.StringVar(&f.server, "server", "", "run against a remote gymserver at this ws:// URL instead of in process")
 	fs.StringVar(&f.token, "token", "", "bearer token for --server (default: $GYMSERVER_TOKEN)")
@@ -196,7 +200,12 @@ func rolloutWith(ctx context.Context, args []string, stdout, stderr io.Writer, l
 			list = append(list, e)
 		}
 	} else {
-		reg, closeFn, err := load(ctx, path, logger, loadOptions{WarmPool: f.warmPool, OrphanAfter: orphanAfterOption(f.orphanAfter)})
+		reg, closeFn, err := load(ctx, path, logger, loadOptions{
+			WarmPool:    f.warmPool,
+			OrphanAfter: orphanAfterOption(f.orphanAfter),
+			Janitor:     !f.noJanitor,
+			JanitorLog:  f.janitorLog,
+		})
 		if err != nil {
 			return fail(1, "%v", err)
 		}

@@ -33,6 +33,8 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	pingInterval := fs.Duration("ping-interval", server.DefaultPingInterval, "WebSocket heartbeat period")
 	warmPool := fs.Int("warm-pool", 0, "started sandboxes kept ready per environment, so resets return at once")
 	orphanAfter := fs.Duration("orphan-after", docker.DefaultOrphanAfter, "a sandbox whose executor stream is gone (e.g. this server was killed) removes itself after this long; 0: never")
+	noJanitor := fs.Bool("no-janitor", false, "start no janitor process; without it, snapshot images of a killed server stay until the next start or gymserver reap")
+	janitorLog := fs.String("janitor-log", "", "file the janitor appends what it removed to (default: none)")
 	drainTimeout := fs.Duration("drain-timeout", server.DefaultDrainTimeout, "on SIGTERM, how long in-flight requests may finish")
 	logLevel := fs.String("log-level", "INFO", "log level: DEBUG, INFO, WARN, ERROR")
 	fs.Usage = func() {
@@ -64,7 +66,12 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		fmt.Fprintln(stderr, "gymserver serve: --warm-pool must not be negative")
 		return 2
 	}
-	reg, closeEnvs, err := loadRegistry(ctx, *configPath, logger, loadOptions{WarmPool: *warmPool, OrphanAfter: orphanAfterOption(*orphanAfter)})
+	reg, closeEnvs, err := loadRegistry(ctx, *configPath, logger, loadOptions{
+		WarmPool:    *warmPool,
+		OrphanAfter: orphanAfterOption(*orphanAfter),
+		Janitor:     !*noJanitor,
+		JanitorLog:  *janitorLog,
+	})
 	if err != nil {
 		fmt.Fprintln(stderr, "gymserver serve:", err)
 		return 1

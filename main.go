@@ -31,6 +31,9 @@ func main() {
 	if len(os.Args) > 1 && os.Args[1] == executorCommand {
 		os.Exit(executor.Main(os.Args[2:]))
 	}
+	if len(os.Args) > 1 && os.Args[1] == janitorCommand {
+		os.Exit(runJanitor(os.Args[2:], os.Stderr))
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	os.Exit(run(ctx, os.Args[1:], os.Stdout, os.Stderr))

@@ -86,6 +86,13 @@ type Options struct {
 	// reap it. It also bounds the time from a container's start to its
 	// executor's attach.
 	OrphanAfter time.Duration
+	// Janitor is the argv of a process New starts to remove this
+	// provider's containers and snapshot images once the provider is
+	// gone, even killed with SIGKILL: e.g. {"/path/to/gymserver",
+	// "__janitor"}, which runs RunJanitor. New appends "--owner" and the
+	// owner id, which must then be this provider's alone. Empty: no
+	// janitor.
+	Janitor []string
 }
 
 // Provider makes Docker sandboxes. It is safe for concurrent use.
@@ -119,6 +126,9 @@ type Provider struct {
 	dropped   map[string]bool
 	// quota is whether the storage driver takes a size per container.
 	quota bool
+
+	// janitor is the process started for Options.Janitor, or nil.
+	janitor *janitor
 }
 
 var _ sandbox.Provider = (*Provider)(nil)
@@ -178,6 +188,10 @@ func New(ctx context.Context, opts Options) (*Provider, error) {
 	}
 	if err := p.Reap(ctx); err != nil {
 		p.log.Warn("reaping orphaned containers failed", "err", err)
+	}
+	if err := p.startJanitor(); err != nil {
+		p.closeClient()
+		return nil, err
 	}
 	return p, nil
 }
@@ -262,6 +276,7 @@ func (p *Provider) Close(ctx context.Context) error {
 	errs = append(errs, RemoveOwned(rctx, p.cli, p.owner))
 	// Snapshot images go once no container uses them.
 	errs = append(errs, p.removeSnapshots(rctx, func(owner, _ string) bool { return owner == p.owner }))
+	errs = append(errs, p.stopJanitor())
 	p.closeClient()
 	return errors.Join(errs...)
 }
