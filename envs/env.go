@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"log/slog"
+	"path"
 	mrand "math/rand/v2"
 	"strings"
 	"sync"
@@ -61,8 +62,10 @@ type TaskEnv struct {
 
 	// mu guards the fields below.
 	mu sync.Mutex
-	// images maps a task's base image to its prepared image.
-	images map[string]string
+	// images maps a task's base image (or Dockerfile) to its prepared
+	// image, and workdirs to the working directory of its sandboxes.
+	images   map[string]string
+	workdirs map[string]string
 	// snapshots maps snapshot ids to their images and states.
 	snapshots map[string]snapshotRecord
 }
@@ -84,6 +87,9 @@ type task struct {
 
 	once sync.Once
 	err  error
+	// prepared is set, under the environment's mu, once cfg has the
+	// working directory of the task's image.
+	prepared bool
 	// starter are the task's files written into the sandbox at reset.
 	starter []sandbox.File
 	// hidden are the hidden test files, copied in only for evaluation.
@@ -271,29 +277,69 @@ func (e *TaskEnv) Prepare(ctx context.Context) (string, error) {
 
 // prepare returns the prepared image of the task's base image, shared by
 // every task of the environment with the same base image.
+//
+// A Harbor task's image is its docker_image or its Dockerfile built, and
+// its sandboxes work in the image's working directory, which becomes the
+// agent's.
 func (t *task) prepare(ctx context.Context) (string, error) {
 	e := t.env
-	base := t.cfg.DockerImage
+	key := t.cfg.DockerImage
+	h := t.src.HarborTask
+	if h != nil && key == "" {
+		key = "build:" + h.Dockerfile
+	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if ref := e.images[base]; ref != "" {
-		return ref, nil
+	ref := e.images[key]
+	if ref == "" {
+		base, workdir, err := t.base(ctx)
+		if err != nil {
+			return "", err
+		}
+		ref, err = e.opts.Provider.Prepare(ctx, sandbox.ImageSpec{
+			BaseImage:    base,
+			WorkDir:      workdir,
+			Files:        e.baked,
+			InitCommands: e.cfg.InitCommands,
+			Env:          e.cfg.EnvironmentVariables,
+			OwnWorkDir:   h != nil,
+		})
+		if err != nil {
+			return "", fmt.Errorf("environment %s: task %s: prepare image from %s: %w", e.cfg.ID, t.src.ID, base, err)
+		}
+		if e.images == nil {
+			e.images, e.workdirs = map[string]string{}, map[string]string{}
+		}
+		e.images[key], e.workdirs[key] = ref, workdir
 	}
-	ref, err := e.opts.Provider.Prepare(ctx, sandbox.ImageSpec{
-		BaseImage:    base,
-		WorkDir:      e.cfg.WorkingDirectory,
-		Files:        e.baked,
-		InitCommands: e.cfg.InitCommands,
-		Env:          e.cfg.EnvironmentVariables,
-	})
-	if err != nil {
-		return "", fmt.Errorf("environment %s: prepare image from %s: %w", e.cfg.ID, base, err)
+	if !t.prepared {
+		t.cfg.WorkingDirectory = e.workdirs[key]
+		t.prepared = true
 	}
-	if e.images == nil {
-		e.images = map[string]string{}
-	}
-	e.images[base] = ref
 	return ref, nil
+}
+
+// base returns the image the task's prepared image starts from and the
+// working directory of its sandboxes.
+func (t *task) base(ctx context.Context) (string, string, error) {
+	workdir := t.env.cfg.WorkingDirectory
+	if t.src.HarborTask == nil {
+		return t.cfg.DockerImage, workdir, nil
+	}
+	base, err := t.harborBase(ctx)
+	if err != nil {
+		return "", "", fmt.Errorf("environment %s: task %s: %w", t.env.cfg.ID, t.src.ID, err)
+	}
+	if in, ok := t.env.opts.Provider.(sandbox.ImageInspector); ok {
+		wd, err := in.ImageWorkDir(ctx, base)
+		if err != nil {
+			return "", "", fmt.Errorf("environment %s: task %s: image %s: %w", t.env.cfg.ID, t.src.ID, base, err)
+		}
+		if wd != "" && wd != "/" {
+			workdir = path.Clean(wd)
+		}
+	}
+	return base, workdir, nil
 }
 
 // pick returns the task a reset asks for: the named one; else, with a
@@ -359,7 +405,7 @@ func (t *task) start(ctx context.Context, image string, files []sandbox.File) (*
 	id := newSessionID()
 	spec := sandbox.Spec{
 		Image:   image,
-		WorkDir: e.cfg.WorkingDirectory,
+		WorkDir: t.cfg.WorkingDirectory,
 		Env:     e.cfg.EnvironmentVariables,
 		Labels: map[string]string{
 			sandbox.LabelSession: id,

@@ -23,6 +23,9 @@ const junitLimit = 16 << 20
 // come back as an evaluation with an error class and the mask hint, not as
 // an error; an error is returned only when ctx ends.
 func (t *task) evaluate(ctx context.Context, sb sandbox.Sandbox) (gym.Evaluation, error) {
+	if t.src.HarborTask != nil {
+		return t.evaluateHarbor(ctx, sb)
+	}
 	start := time.Now()
 	ev := gym.Evaluation{Mode: t.cfg.Reward.Mode, Tests: []gym.TestCase{}, Commands: []gym.TestCommand{}}
 	fail := func(class gym.ErrorClass, err error) (gym.Evaluation, error) {

@@ -4,13 +4,14 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"os"
 	"path"
 	"path/filepath"
 	"sort"
 	"strings"
+
+	"github.com/gymserver/gymserver/envs/harbor"
 )
 
 // Task is one task of an environment. After Load every field is resolved:
@@ -42,8 +43,9 @@ type Task struct {
 	// Metadata is the task's free-form data, passed through untouched.
 	Metadata map[string]any `json:"metadata,omitempty"`
 	// Harbor is the folder of a Harbor task directory this task was read
-	// from; empty for native tasks.
-	Harbor string `json:"harbor,omitempty"`
+	// from; empty for native tasks. HarborTask is what was read there.
+	Harbor     string       `json:"harbor,omitempty"`
+	HarborTask *harbor.Task `json:"-"`
 	// Source says where the task was declared, for messages:
 	// "environments[0].tasks[3]", "tasks.jsonl:12", "tasks/add/task.json".
 	Source string `json:"-"`
@@ -487,14 +489,71 @@ func (d *decoder) harborTask(path, dir string, e *Environment) (Task, bool) {
 		d.fail(path, "%s: the folder name %q is not a valid task id (letters, digits, '_', '.', '-')", dir, t.ID)
 		return t, false
 	}
-	if err := readHarbor(&t, e); err != nil {
+	warnings, err := readHarbor(&t)
+	if err != nil {
 		d.fail(path, "%s: %v", dir, err)
+		return t, false
+	}
+	for _, w := range warnings {
+		d.warn("task %s: %s", t.ID, w)
+	}
+	if t.DockerImage == "" && t.HarborTask.Dockerfile == "" {
+		d.fail(path, "%s: neither [environment] docker_image, environment/Dockerfile nor the environment's docker_image", dir)
 		return t, false
 	}
 	return t, true
 }
 
-// readHarbor fills t from the Harbor task directory t.Harbor.
-var readHarbor = func(t *Task, e *Environment) error {
-	return errors.New("Harbor task directories are not supported yet")
+// Where a Harbor task's files go in the sandbox.
+const (
+	// HarborTestsDir receives tests/ for evaluation.
+	HarborTestsDir = "/tests"
+	// HarborSolutionDir receives solution/ when the oracle applies it:
+	// the oracle acts as the agent, which may not write at /solution.
+	HarborSolutionDir = "/tmp/solution"
+)
+
+// readHarbor fills t from the Harbor task directory t.Harbor and returns
+// the warnings of what the task asks for that is not honoured.
+func readHarbor(t *Task) ([]string, error) {
+	list, err := harbor.Load(t.Harbor)
+	if err != nil {
+		return nil, err
+	}
+	if len(list) != 1 {
+		return nil, fmt.Errorf("want one task, found %d", len(list))
+	}
+	h := list[0]
+	switch u := strings.TrimSpace(string(h.Config.Verifier.User)); u {
+	case "", "root", "0":
+	default:
+		return nil, fmt.Errorf("[verifier] user %q: gymserver runs the verifier as the agent's user (unset) or as root (\"root\" or 0)", u)
+	}
+	t.HarborTask = &h
+	t.Prompt = h.Instruction
+	// The task's image, else its Dockerfile, else the environment's image.
+	switch {
+	case h.Image != "":
+		t.DockerImage = h.Image
+	case h.Dockerfile != "":
+		t.DockerImage = ""
+	}
+	if h.Config.Agent.TimeoutSec != nil {
+		t.Timeouts.Global = h.Config.AgentTimeout()
+	}
+	t.Timeouts.Test = h.Config.VerifierTimeout()
+	t.Resources.CPUs = h.Config.CPUs()
+	t.Resources.MemoryBytes = h.Config.MemoryBytes()
+	t.Resources.DiskBytes = h.Config.DiskBytes()
+	t.Network = h.Config.Network()
+	t.UnitTests = []string{"bash " + HarborTestsDir + "/test.sh"}
+	t.Metadata = h.Config.Metadata
+	t.HiddenTests = []CopySpec{{Src: h.TestsDir, Dest: HarborTestsDir}}
+	if h.SolveScript != "" {
+		t.Reference = &Reference{
+			Files:    []CopySpec{{Src: h.SolutionDir, Dest: HarborSolutionDir}},
+			Commands: []string{"bash " + HarborSolutionDir + "/solve.sh"},
+		}
+	}
+	return h.Warnings, nil
 }

@@ -200,6 +200,7 @@ func (c *Client) Exec(ctx context.Context, req sandbox.ExecRequest) (sandbox.Exe
 		Stdin:      req.Stdin,
 		Report:     req.Report,
 		ReportMax:  req.ReportMax,
+		Priv:       req.Priv,
 	})
 	if err != nil {
 		return sandbox.ExecResult{}, err
@@ -300,7 +301,7 @@ func (c *Client) Install(ctx context.Context, files []sandbox.File) error {
 		if !path.IsAbs(f.Path) {
 			return fmt.Errorf("install %s: path is not absolute: %w", f.Path, gym.ErrInvalidArgument)
 		}
-		req.Files[i] = installFile{Path: f.Path, Data: f.Data}
+		req.Files[i] = installFile{Path: f.Path, Data: f.Data, Mode: uint32(f.Mode.Perm())}
 		if req.Files[i].Data == nil {
 			req.Files[i].Data = []byte{}
 		}

@@ -9,7 +9,8 @@ import (
 
 // install puts files in place with the executor's own rights: whatever is
 // at each path goes, missing parent directories are made (mode 0755), and
-// each file is written new with mode 0644, so that inside a sandbox all of
+// each file is written new with mode 0644 (0755 when asked for an
+// executable), so that inside a sandbox all of
 // it belongs to root and the agent can read it but not change it. Every
 // directory above a file that belongs to the agent gets the sticky bit:
 // the agent could otherwise rename a root-owned directory out of its way
@@ -26,7 +27,11 @@ func (s *server) install(files []installFile) error {
 		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
 			return fmt.Errorf("install %s: %w", p, err)
 		}
-		fh, err := os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+		mode := os.FileMode(0o644)
+		if f.Mode&0o111 != 0 {
+			mode = 0o755
+		}
+		fh, err := os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_EXCL, mode)
 		if err != nil {
 			return fmt.Errorf("install %s: %w", p, err)
 		}
@@ -34,7 +39,7 @@ func (s *server) install(files []installFile) error {
 		if err := fh.Close(); werr != nil || err != nil {
 			return fmt.Errorf("install %s: write: %v %v", p, werr, err)
 		}
-		if err := os.Chmod(p, 0o644); err != nil {
+		if err := os.Chmod(p, mode); err != nil {
 			return fmt.Errorf("install %s: %w", p, err)
 		}
 		if s.opts.Agent != nil {

@@ -52,8 +52,8 @@ type request struct {
 	MaxBytes   int64    `msgpack:"max_bytes,omitempty"`
 	// Target is the id of the request a cancel op cancels.
 	Target uint64 `msgpack:"target,omitempty"`
-	// Priv runs a file operation with the executor's own rights instead
-	// of the agent's.
+	// Priv runs a file operation, or an exec, with the executor's own
+	// rights instead of the agent's.
 	Priv bool `msgpack:"priv,omitempty"`
 	// Report gives an exec a report pipe on ReportFD, read up to
 	// ReportMax bytes.
@@ -67,6 +67,8 @@ type request struct {
 type installFile struct {
 	Path string `msgpack:"path"`
 	Data []byte `msgpack:"data"`
+	// Mode with any execute bit installs the file 0755, else 0644.
+	Mode uint32 `msgpack:"mode,omitempty"`
 }
 
 // response is one frame from the executor.

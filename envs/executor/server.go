@@ -231,7 +231,7 @@ func (s *server) exec(ctx context.Context, req request) response {
 	cmd.Dir = s.abs(req.Dir)
 	env := os.Environ()
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if a := s.opts.Agent; a != nil {
+	if a := s.opts.Agent; a != nil && !req.Priv {
 		env = a.env(env)
 		cmd.SysProcAttr.Credential = a.sysCred()
 	}

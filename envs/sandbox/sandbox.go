@@ -103,6 +103,35 @@ type ImageSpec struct {
 	Env          map[string]string
 	// Timeout bounds each init command; 0 means 10 minutes.
 	Timeout time.Duration
+	// OwnWorkDir gives WorkDir and everything already in it to the
+	// sandbox user, for base images whose working directory is root's
+	// (Harbor tasks' images).
+	OwnWorkDir bool
+}
+
+// Builder is a Provider that builds images from a Dockerfile.
+type Builder interface {
+	// Build returns the image built from spec, building it once per
+	// content of its context.
+	Build(ctx context.Context, spec BuildSpec) (string, error)
+}
+
+// BuildSpec says how to build an image.
+type BuildSpec struct {
+	// ContextDir is the host folder sent as the build context.
+	ContextDir string
+	// Dockerfile is relative to ContextDir; "" means "Dockerfile".
+	Dockerfile string
+	// Name names what is built (a task id) in errors and labels.
+	Name string
+	// Timeout bounds the build; 0 means 10 minutes.
+	Timeout time.Duration
+}
+
+// ImageInspector is a Provider that reads an image's settings.
+type ImageInspector interface {
+	// ImageWorkDir returns the image's working directory ("" if unset).
+	ImageWorkDir(ctx context.Context, ref string) (string, error)
 }
 
 // Spec says how to start a sandbox.
@@ -183,6 +212,10 @@ type ExecRequest struct {
 	Report bool
 	// ReportMax caps the report kept (0 means 16 MiB).
 	ReportMax int64
+	// Priv runs the command with the sandbox machinery's own rights (root
+	// in a Docker sandbox) instead of the agent's. Only the evaluator sets
+	// it, for a verifier that must run as root; never for the agent.
+	Priv bool
 }
 
 // ExecResult is what a command did.
