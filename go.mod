@@ -3,6 +3,7 @@ module github.com/gymserver/gymserver
 go 1.26.8
 
 require (
+	github.com/BurntSushi/toml v1.6.0
 	github.com/docker/docker v28.5.2+incompatible
 	github.com/docker/go-units v0.5.0
 	github.com/go-chi/chi/v5 v5.5.0
