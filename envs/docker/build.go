@@ -20,6 +20,8 @@ import (
 	"github.com/docker/docker/api/types/build"
 	"github.com/docker/docker/errdefs"
 	"github.com/docker/docker/pkg/jsonmessage"
+	"github.com/moby/patternmatcher"
+	"github.com/moby/patternmatcher/ignorefile"
 
 	"github.com/gymserver/gymserver/envs/sandbox"
 	"github.com/gymserver/gymserver/gym"
@@ -47,8 +49,8 @@ const buildOutputTail = 3000
 
 // BuildSpec describes an image to build from a Dockerfile.
 type BuildSpec struct {
-	// ContextDir is the build context; every file under it is sent to the
-	// Engine and hashed (.dockerignore is not applied).
+	// ContextDir is the build context; every file under it that its
+	// .dockerignore does not exclude is sent to the Engine and hashed.
 	ContextDir string
 	// Dockerfile is relative to ContextDir and inside it (default
 	// "Dockerfile").
@@ -62,7 +64,7 @@ type BuildSpec struct {
 
 // Build builds spec with the Engine's classic builder and returns the
 // image's reference, BuildRepo:<first 24 hex digits of the content hash>.
-// The hash covers every file of the context (path, mode and bytes, or a
+// The hash covers every file of the context that .dockerignore keeps (path, mode and bytes, or a
 // symlink's target) and the ids of the FROM images, so an unchanged task
 // is built once: when the tag exists Build returns it at once, and a
 // concurrent call for the same content waits for the first. FROM images
@@ -180,7 +182,7 @@ func (p *Provider) buildKey(ctx context.Context, dir, dockerfile string) (string
 	field := func(s string) { fmt.Fprintf(h, "%d:%s\n", len(s), s) }
 	field("gymserver-build-v1")
 	field(dockerfile)
-	err := walkContext(dir, func(rel string, fi fs.FileInfo, link string) error {
+	err := walkContext(dir, dockerfile, func(rel string, fi fs.FileInfo, link string) error {
 		switch {
 		case fi.IsDir():
 			field(fmt.Sprintf("d %s %o", rel, fi.Mode().Perm()))
@@ -217,10 +219,17 @@ func (p *Provider) buildKey(ctx context.Context, dir, dockerfile string) (string
 	return hex.EncodeToString(h.Sum(nil)), nil
 }
 
-// walkContext calls fn for every file and directory under dir except dir
-// itself, in lexical order, with its slash-separated relative path and,
-// for a symlink, its target. Other special files are an error.
-func walkContext(dir string, fn func(rel string, fi fs.FileInfo, link string) error) error {
+// walkContext calls fn for every file and directory of the build context
+// under dir, except dir itself, in lexical order, with its slash-separated
+// relative path and, for a symlink, its target. Paths that dir's
+// .dockerignore excludes are left out, but never the Dockerfile (df) or
+// the .dockerignore itself, as the docker CLI does. Special files are an
+// error.
+func walkContext(dir, df string, fn func(rel string, fi fs.FileInfo, link string) error) error {
+	ignore, err := dockerignore(dir)
+	if err != nil {
+		return err
+	}
 	return filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
@@ -233,6 +242,20 @@ func walkContext(dir string, fn func(rel string, fi fs.FileInfo, link string) er
 			return err
 		}
 		rel = filepath.ToSlash(rel)
+		if ignore != nil && rel != df && rel != ".dockerignore" {
+			excluded, err := ignore.MatchesOrParentMatches(filepath.FromSlash(rel))
+			if err != nil {
+				return fmt.Errorf(".dockerignore: %w", err)
+			}
+			if excluded {
+				// Look inside only for files an exception or the
+				// Dockerfile brings back.
+				if d.IsDir() && !ignore.Exclusions() && !strings.HasPrefix(df, rel+"/") {
+					return fs.SkipDir
+				}
+				return nil
+			}
+		}
 		fi, err := d.Info()
 		if err != nil {
 			return err
@@ -249,6 +272,30 @@ func walkContext(dir string, fn func(rel string, fi fs.FileInfo, link string) er
 		}
 		return fn(rel, fi, link)
 	})
+}
+
+// dockerignore returns the matcher of dir's .dockerignore, or nil when it
+// has none.
+func dockerignore(dir string) (*patternmatcher.PatternMatcher, error) {
+	f, err := os.Open(filepath.Join(dir, ".dockerignore"))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	} else if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	patterns, err := ignorefile.ReadAll(f)
+	if err != nil {
+		return nil, fmt.Errorf(".dockerignore: %w", err)
+	}
+	if len(patterns) == 0 {
+		return nil, nil
+	}
+	pm, err := patternmatcher.New(patterns)
+	if err != nil {
+		return nil, fmt.Errorf(".dockerignore: %w", err)
+	}
+	return pm, nil
 }
 
 // fromImages returns the images a Dockerfile's FROM lines name, leaving
@@ -296,7 +343,7 @@ func (p *Provider) imageBuild(ctx context.Context, spec BuildSpec, dir, dockerfi
 	wrote := make(chan struct{})
 	go func() {
 		defer close(wrote)
-		pw.CloseWithError(writeContext(pw, dir))
+		pw.CloseWithError(writeContext(pw, dir, dockerfile))
 	}()
 	defer func() {
 		pr.Close() // unblocks the writer if the Engine stopped reading
@@ -369,11 +416,11 @@ func readBuildOutput(r io.Reader) error {
 	}
 }
 
-// writeContext writes the build context as a tar stream: every file and
-// directory under dir, owned by root, with its mode and modification time.
-func writeContext(w io.Writer, dir string) error {
+// writeContext writes the build context as a tar stream: the files and
+// directories walkContext visits, owned by root, with its mode and modification time.
+func writeContext(w io.Writer, dir, dockerfile string) error {
 	tw := tar.NewWriter(w)
-	err := walkContext(dir, func(rel string, fi fs.FileInfo, link string) error {
+	err := walkContext(dir, dockerfile, func(rel string, fi fs.FileInfo, link string) error {
 		h, err := tar.FileInfoHeader(fi, link)
 		if err != nil {
 			return err

@@ -20,6 +20,7 @@ import (
 	"github.com/docker/docker/api/types/filters"
 	"github.com/docker/docker/api/types/image"
 	"github.com/docker/docker/client"
+	"github.com/docker/docker/errdefs"
 
 	"github.com/gymserver/gymserver/envs/baseimage"
 	"github.com/gymserver/gymserver/envs/docker"
@@ -312,5 +313,67 @@ func TestBuildBadSpec(t *testing.T) {
 				t.Fatalf("got %v (class %s), want an invalid_argument error mentioning %q", err, gym.ClassOf(err), tc.want)
 			}
 		})
+	}
+}
+
+// TestBuildDockerignore checks that .dockerignore shapes both the context
+// sent and the cache key.
+func TestBuildDockerignore(t *testing.T) {
+	p, cli := newProvider(t)
+	ctx := t.Context()
+	n := nonce(t)
+	dir := writeFiles(t, map[string]string{
+		"Dockerfile":    "FROM " + baseimage.Python + "\nCOPY . /ctx/\n",
+		".dockerignore": "# comment\nsecret\n*.log\n!keep.log\n",
+		"app.txt":       n,
+		"keep.log":      "kept",
+		"a.log":         "dropped",
+		"secret/key":    "hidden",
+	})
+	spec := docker.BuildSpec{ContextDir: dir, Name: "ignore-" + n}
+	ref, err := p.Build(ctx, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	removeImageAtEnd(t, cli, ref)
+	if got := readImageFile(t, cli, ref, "/ctx/app.txt"); got != n {
+		t.Errorf("/ctx/app.txt = %q", got)
+	}
+	if got := readImageFile(t, cli, ref, "/ctx/keep.log"); got != "kept" {
+		t.Errorf("/ctx/keep.log = %q", got)
+	}
+	c, err := cli.ContainerCreate(ctx, &container.Config{Image: ref, Cmd: []string{"true"}}, nil, nil, nil, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.ContainerRemove(context.Background(), c.ID, container.RemoveOptions{Force: true})
+	for _, path := range []string{"/ctx/secret/key", "/ctx/secret", "/ctx/a.log"} {
+		if _, err := cli.ContainerStatPath(ctx, c.ID, path); !errdefs.IsNotFound(err) {
+			t.Errorf("stat %s: %v; want not found, .dockerignore excludes it", path, err)
+		}
+	}
+
+	// An ignored file does not change the key; a kept one does.
+	if err := os.WriteFile(filepath.Join(dir, "secret/key"), []byte("changed"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t0 := time.Now()
+	same, err := p.Build(ctx, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if same != ref || tagEvents(t, cli, ref, t0, time.Now()) != 0 {
+		t.Errorf("changing an ignored file rebuilt: %s, first %s", same, ref)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "keep.log"), []byte("changed"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	other, err := p.Build(ctx, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	removeImageAtEnd(t, cli, other)
+	if other == ref {
+		t.Errorf("changing a kept file gave the same image %s", ref)
 	}
 }
