@@ -64,11 +64,13 @@ type BuildSpec struct {
 
 // Build builds spec with the Engine's classic builder and returns the
 // image's reference, BuildRepo:<first 24 hex digits of the content hash>.
-// The hash covers every file of the context that .dockerignore keeps (path, mode and bytes, or a
-// symlink's target) and the ids of the FROM images, so an unchanged task
-// is built once: when the tag exists Build returns it at once, and a
-// concurrent call for the same content waits for the first. FROM images
-// that are not present are pulled, or made with Options.BuildBase.
+// The hash covers every file of the context that .dockerignore keeps
+// (path, mode and bytes, or a symlink's target) and the ids of the FROM
+// images, so an unchanged task is built once: when the tag exists Build
+// returns it without building (each call still reads and hashes the
+// context), and a concurrent call for the same content waits for the
+// first. FROM images that are not present are pulled, or made with
+// Options.BuildBase.
 //
 // A Dockerfile that fails to build is the task author's error: it wraps
 // gym.ErrInvalidArgument and carries the failing step, its message and the
