@@ -125,3 +125,37 @@ func TestParsePytestIgnoresLookalikes(t *testing.T) {
 		t.Errorf("(-want +got):\n%s", diff)
 	}
 }
+
+func TestParseCTRFGolden(t *testing.T) {
+	files, _ := filepath.Glob("testdata/*.json")
+	if len(files) < 5 {
+		t.Fatalf("found %d ctrf files", len(files))
+	}
+	for _, f := range files {
+		t.Run(filepath.Base(f), func(t *testing.T) {
+			data, err := os.ReadFile(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			cases, err := testresult.ParseCTRF(data)
+			golden(t, strings.TrimSuffix(f, ".json")+".ctrf.golden", render(t, cases, err))
+		})
+	}
+}
+
+func TestParseCTRFErrors(t *testing.T) {
+	for _, tc := range []struct{ name, data, want string }{
+		{"empty", "  \n", "ctrf: empty report"},
+		{"not_json", "PASSED", "ctrf: invalid character"},
+		{"no_results", `{"tool": {}}`, `ctrf: no "results" object`},
+		{"two_values", `{"results": {"tests": []}} {}`, "ctrf: more than one JSON value"},
+		{"nameless", `{"results": {"tests": [{"status": "passed"}]}}`, "ctrf: test 0 has no name"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cases, err := testresult.ParseCTRF([]byte(tc.data))
+			if err == nil || !strings.HasPrefix(err.Error(), tc.want) {
+				t.Fatalf("got %v, %v; want an error starting %q", cases, err, tc.want)
+			}
+		})
+	}
+}
