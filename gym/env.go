@@ -270,6 +270,11 @@ type Evaluation struct {
 	// does not agree with itself, or something wrote to the report stream
 	// besides pytest). The reward is then 0, unmasked, and Error says why.
 	Tampered bool `json:"tampered,omitempty"`
+	// Metrics are the named numbers a verifier reported besides the
+	// reward (a Harbor task's reward.json); RewardKey says which one is the
+	// reward, as "FILE:KEY" (e.g. "reward.json:reward").
+	Metrics   map[string]float64 `json:"metrics,omitempty"`
+	RewardKey string             `json:"reward_key,omitempty"`
 }
 
 // Test case statuses.

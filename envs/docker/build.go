@@ -47,19 +47,28 @@ const DefaultBuildTimeout = 10 * time.Minute
 // buildOutputTail is how much of a failed build's output its error keeps.
 const buildOutputTail = 3000
 
-// BuildSpec describes an image to build from a Dockerfile.
-type BuildSpec struct {
-	// ContextDir is the build context; every file under it that its
-	// .dockerignore does not exclude is sent to the Engine and hashed.
-	ContextDir string
-	// Dockerfile is relative to ContextDir and inside it (default
-	// "Dockerfile").
-	Dockerfile string
-	// Name is the task's id, for errors and the gymserver.task label
-	// (sandbox.LabelTask) of the image.
-	Name string
-	// Timeout bounds the build (default DefaultBuildTimeout).
-	Timeout time.Duration
+// BuildSpec describes an image to build from a Dockerfile: every file
+// under ContextDir that its .dockerignore does not exclude is sent to the
+// Engine and hashed; Name is the task's id, for errors and the
+// gymserver.task label (sandbox.LabelTask) of the image; Timeout defaults
+// to DefaultBuildTimeout.
+type BuildSpec = sandbox.BuildSpec
+
+var (
+	_ sandbox.Builder        = (*Provider)(nil)
+	_ sandbox.ImageInspector = (*Provider)(nil)
+)
+
+// ImageWorkDir returns the working directory an image's config sets.
+func (p *Provider) ImageWorkDir(ctx context.Context, ref string) (string, error) {
+	info, err := p.cli.ImageInspect(ctx, ref)
+	if err != nil {
+		return "", gym.Classify(fmt.Errorf("docker: inspect %s: %w", ref, err), gym.ClassSandbox)
+	}
+	if info.Config == nil {
+		return "", nil
+	}
+	return info.Config.WorkingDir, nil
 }
 
 // Build builds spec with the Engine's classic builder and returns the

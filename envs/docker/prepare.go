@@ -140,6 +140,9 @@ func (p *Provider) prepareKey(baseID string, spec sandbox.ImageSpec) string {
 	for _, c := range spec.InitCommands {
 		field(c)
 	}
+	if spec.OwnWorkDir {
+		field("own-workdir")
+	}
 	return hex.EncodeToString(h.Sum(nil))
 }
 
@@ -193,6 +196,13 @@ func (p *Provider) build(ctx context.Context, spec sandbox.ImageSpec, ref, key s
 	timeout := spec.Timeout
 	if timeout <= 0 {
 		timeout = defaultInitTimeout
+	}
+	if spec.OwnWorkDir && workdir != "/" {
+		argv := []string{"chown", "-R", sandboxUser, workdir}
+		code, out, err := p.execOnce(ctx, created.ID, prepareUser, "/", nil, argv, timeout)
+		if err != nil || code != 0 {
+			return fail(fmt.Errorf("give %s to the sandbox user: exit %d: %v %s", workdir, code, err, tail(out, 2000)))
+		}
 	}
 	for i, cmd := range spec.InitCommands {
 		p.log.Info("running init command", "image", ref, "command", cmd)
