@@ -86,6 +86,20 @@ type Options struct {
 	// reap it. It also bounds the time from a container's start to its
 	// executor's attach.
 	OrphanAfter time.Duration
+	// ImageCacheMaxImages and ImageCacheMaxBytes cap the prepared and
+	// build images on the host: after each build the least recently used
+	// go until both caps hold, except those in use (see imagecache.go).
+	// 0 means no cap.
+	ImageCacheMaxImages int
+	ImageCacheMaxBytes  int64
+	// ImageCacheMinIdle keeps images used more recently than this from
+	// the provider's pruning (default DefaultImageCacheMinIdle; negative:
+	// none), so that it leaves alone what other processes just prepared.
+	ImageCacheMinIdle time.Duration
+
+	// imageCacheLabels narrow the provider's pruning to images with these
+	// labels; tests set it (see export_test.go).
+	imageCacheLabels []string
 }
 
 // Provider makes Docker sandboxes. It is safe for concurrent use.
@@ -97,6 +111,8 @@ type Provider struct {
 	log       *slog.Logger
 	starts    chan struct{}
 	execHash  string
+	// cache holds what the provider knows of the image cache.
+	cache imageCache
 
 	// bgCtx ends when the provider closes; bg counts the goroutines
 	// filling the warm pool.
@@ -124,7 +140,8 @@ type Provider struct {
 var _ sandbox.Provider = (*Provider)(nil)
 
 // New connects to the Docker Engine, reaps containers whose owner is gone
-// or whose lease passed, and returns a provider.
+// or whose lease passed, removes the unused prepared images of other
+// executor builds, and returns a provider.
 func New(ctx context.Context, opts Options) (*Provider, error) {
 	if opts.ExecutorBinary == "" {
 		return nil, errors.New("docker: no executor binary")
@@ -179,6 +196,8 @@ func New(ctx context.Context, opts Options) (*Provider, error) {
 	if err := p.Reap(ctx); err != nil {
 		p.log.Warn("reaping orphaned containers failed", "err", err)
 	}
+	p.pruneStaleImages(ctx)
+	p.keepTouching()
 	return p, nil
 }
 
