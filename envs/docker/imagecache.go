@@ -312,28 +312,41 @@ func PruneCache(ctx context.Context, cli *client.Client, opts PruneOptions) ([]R
 	}
 	var out []Removed
 	var errs []error
-	// remove removes img unless something keeps it, and records the
-	// outcome.
-	remove := func(img CachedImage, reason string) bool {
-		r := Removed{CachedImage: img, Reason: reason, Kept: keepReason(img)}
-		if r.Kept == "" && !opts.DryRun {
-			kept, err := removeCached(ctx, cli, img)
-			if err != nil {
+	// at is where an image is reported in out; failed are the images the
+	// engine did not remove.
+	at := map[string]int{}
+	failed := map[string]bool{}
+	// try removes img unless something keeps it, and reports the outcome
+	// (again, if it was kept before); it returns whether img went.
+	try := func(img CachedImage, reason string) bool {
+		kept := keepReason(img)
+		if i, ok := at[img.ID]; ok && kept != "" {
+			out[i].Kept = kept
+			return false
+		}
+		if kept == "" && !opts.DryRun {
+			var err error
+			if kept, err = removeCached(ctx, cli, img); err != nil {
 				errs = append(errs, err)
-				return false
+				kept = "removal failed"
 			}
-			r.Kept = kept
+			failed[img.ID] = kept != ""
 		}
-		if r.Kept == "" {
-			gone[img.ID] = true
-			if !opts.DryRun {
-				log.Info("removed cached image", "image", displayRef(img), "kind", img.Kind, "reason", reason, "size", img.Size)
-			}
+		if i, ok := at[img.ID]; ok {
+			out[i].Kept = kept
 		} else {
-			log.Debug("kept cached image", "image", displayRef(img), "reason", reason, "kept", r.Kept)
+			at[img.ID] = len(out)
+			out = append(out, Removed{CachedImage: img, Reason: reason, Kept: kept})
 		}
-		out = append(out, r)
-		return r.Kept == ""
+		if kept != "" {
+			log.Debug("kept cached image", "image", displayRef(img), "reason", reason, "kept", kept)
+			return false
+		}
+		gone[img.ID] = true
+		if !opts.DryRun {
+			log.Info("removed cached image", "image", displayRef(img), "kind", img.Kind, "reason", reason, "size", img.Size)
+		}
+		return true
 	}
 
 	// Children before parents (a child is always newer), so that a parent
@@ -341,65 +354,48 @@ func PruneCache(ctx context.Context, cli *client.Client, opts PruneOptions) ([]R
 	byCreated := append([]CachedImage(nil), list...)
 	sort.SliceStable(byCreated, func(i, j int) bool { return byCreated[i].Created.After(byCreated[j].Created) })
 	for _, img := range byCreated {
-		var reason string
 		switch {
 		case opts.All:
-			reason = ReasonAll
+			try(img, ReasonAll)
 		case opts.Dangling && img.Ref == "":
-			reason = ReasonDangling
+			try(img, ReasonDangling)
 		case opts.StaleExecutor != "" && img.Kind == KindPrepared && img.Executor != opts.StaleExecutor:
-			reason = ReasonStaleExecutor
-		default:
-			continue
+			try(img, ReasonStaleExecutor)
 		}
-		remove(img, reason)
 	}
 
-	if opts.MaxImages > 0 || opts.MaxBytes > 0 {
-		// Least recently used first.
-		var capped []CachedImage
-		var count int
-		var bytes int64
-		for i := len(list) - 1; i >= 0; i-- {
-			img := list[i]
-			if img.Kind == KindSnapshot || gone[img.ID] {
-				continue
-			}
+	if opts.MaxImages <= 0 && opts.MaxBytes <= 0 {
+		return out, errors.Join(errs...)
+	}
+	// The caps: least recently used first (list is most recent first).
+	var capped []CachedImage
+	var count int
+	var size int64
+	for i := len(list) - 1; i >= 0; i-- {
+		if img := list[i]; img.Kind != KindSnapshot && !gone[img.ID] {
 			capped = append(capped, img)
 			count++
-			bytes += img.Size
+			size += img.Size
 		}
-		over := func() bool {
-			return (opts.MaxImages > 0 && count > opts.MaxImages) || (opts.MaxBytes > 0 && bytes > opts.MaxBytes)
-		}
-		reported := map[string]bool{}
-		// Removing an image may free its parent, so look again from the
-		// start after each removal.
-		for progress := true; progress && over(); {
-			progress = false
-			for _, img := range capped {
-				if gone[img.ID] || reported[img.ID] {
-					continue
-				}
-				if keepReason(img) != "" {
-					continue
-				}
-				if remove(img, ReasonOverCap) {
-					count--
-					bytes -= img.Size
-				} else {
-					reported[img.ID] = true
-				}
-				progress = true
+	}
+	over := func() bool {
+		return (opts.MaxImages > 0 && count > opts.MaxImages) || (opts.MaxBytes > 0 && size > opts.MaxBytes)
+	}
+	// Removing an image may free its parent, passed over before: walk
+	// again while that happens.
+	for progress := true; progress; {
+		progress = false
+		for _, img := range capped {
+			if !over() {
 				break
 			}
-		}
-		if over() {
-			// Say what keeps the cache over its cap.
-			for _, img := range capped {
-				if !gone[img.ID] && !reported[img.ID] {
-					out = append(out, Removed{CachedImage: img, Reason: ReasonOverCap, Kept: keepReason(img)})
-				}
+			if gone[img.ID] || failed[img.ID] {
+				continue
+			}
+			if try(img, ReasonOverCap) {
+				count--
+				size -= img.Size
+				progress = true
 			}
 		}
 	}
