@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -170,7 +171,8 @@ func runImagePrune(ctx context.Context, args []string, stdout, stderr io.Writer)
 	all := fs.Bool("all", false, "remove every gymserver image (prepared, build, snapshot) that is not in use")
 	dryRun := fs.Bool("dry-run", false, "list what would be removed and remove nothing")
 	maxImages := fs.Int("max-images", 0, "also remove the least recently used prepared and build images beyond this many (0: no cap)")
-	maxBytes := fs.String("max-bytes", "", "also remove the least recently used prepared and build images beyond this size, e.g. 20GiB (empty: no cap)")
+	var maxBytes sizeFlag
+	fs.Var(&maxBytes, "max-bytes", "also remove the least recently used prepared and build images beyond this size, e.g. 20GiB (0: no cap)")
 	minIdle := fs.Duration("min-idle", docker.DefaultImageCacheMinIdle, "keep images used more recently than this; running servers mark the images they hold as used every few minutes")
 	jsonOut := fs.Bool("json", false, "print what was removed and kept as JSON")
 	var labels labelsFlag
@@ -185,15 +187,6 @@ func runImagePrune(ctx context.Context, args []string, stdout, stderr io.Writer)
 	if fs.NArg() != 0 {
 		fs.Usage()
 		return 2
-	}
-	var capBytes int64
-	if *maxBytes != "" {
-		n, err := units.RAMInBytes(*maxBytes)
-		if err != nil || n <= 0 {
-			fmt.Fprintf(stderr, "gymserver image prune: --max-bytes %q: want a positive size such as 500MiB or 20GiB\n", *maxBytes)
-			return 2
-		}
-		capBytes = n
 	}
 	if *maxImages < 0 {
 		fmt.Fprintln(stderr, "gymserver image prune: --max-images must not be negative")
@@ -222,7 +215,7 @@ func runImagePrune(ctx context.Context, args []string, stdout, stderr io.Writer)
 		Dangling:      true,
 		StaleExecutor: hash,
 		MaxImages:     *maxImages,
-		MaxBytes:      capBytes,
+		MaxBytes:      int64(maxBytes),
 		MinIdle:       *minIdle,
 		Labels:        labels,
 		DryRun:        *dryRun,
@@ -259,4 +252,31 @@ func runImagePrune(ctx context.Context, args []string, stdout, stderr io.Writer)
 		return 1
 	}
 	return 0
+}
+
+// sizeFlag is a flag of a size in bytes, such as 500MiB or 20GiB.
+type sizeFlag int64
+
+func (f *sizeFlag) String() string { return strconv.FormatInt(int64(*f), 10) }
+
+func (f *sizeFlag) Set(v string) error {
+	n, err := units.RAMInBytes(v)
+	if err != nil || n < 0 {
+		return fmt.Errorf("want a size such as 500MiB or 20GiB, got %q", v)
+	}
+	*f = sizeFlag(n)
+	return nil
+}
+
+// cacheCapFlags are the image cache caps of serve and rollout; see
+// docker.Options.ImageCacheMaxImages.
+type cacheCapFlags struct {
+	maxImages int
+	maxBytes  sizeFlag
+}
+
+// register adds --image-cache-max-images and --image-cache-max-bytes to fs.
+func (c *cacheCapFlags) register(fs *flag.FlagSet) {
+	fs.IntVar(&c.maxImages, "image-cache-max-images", 0, "after each image build, remove the least recently used unused prepared images beyond this many (0: no cap)")
+	fs.Var(&c.maxBytes, "image-cache-max-bytes", "after each image build, remove the least recently used unused prepared images beyond this size, e.g. 50GiB (0: no cap)")
 }

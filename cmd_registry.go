@@ -51,6 +51,9 @@ func newProvider(ctx context.Context, logger *slog.Logger, opts loadOptions) (*d
 		Client:         cli,
 		WarmPool:       opts.WarmPool,
 		OrphanAfter:    opts.OrphanAfter,
+		// Caps on the image cache; see docker.Options.
+		ImageCacheMaxImages: opts.Caches.maxImages,
+		ImageCacheMaxBytes:  int64(opts.Caches.maxBytes),
 		BuildBase: func(ctx context.Context, ref string) error {
 			if !baseimage.Known(ref) {
 				return fmt.Errorf("image %s cannot be pulled and is not a built-in base image (%s)", ref, strings.Join(baseimage.Refs(), ", "))
@@ -74,6 +77,9 @@ type loadOptions struct {
 	// executor (0: docker.DefaultOrphanAfter, negative: forever); see
 	// docker.Options.OrphanAfter.
 	OrphanAfter time.Duration
+	// Caches caps the image cache (--image-cache-max-images and
+	// --image-cache-max-bytes).
+	Caches cacheCapFlags
 }
 
 // orphanAfterOption turns the --orphan-after flag, where 0 means never,

@@ -39,6 +39,7 @@ type rolloutFlags struct {
 	parallel, episodes     int
 	warmPool               int
 	orphanAfter            time.Duration
+	caches                 cacheCapFlags
 	policy                 string
 	server, token          string
 	// set holds the names of the flags given on the command line.
@@ -101,6 +102,7 @@ func rolloutWith(ctx context.Context, args []string, stdout, stderr io.Writer, l
 	fs.IntVar(&f.parallel, "parallel", 0, "episodes run at once (default: rollout_config.max_parallel_rollouts)")
 	fs.IntVar(&f.episodes, "episodes", 0, "episodes per environment (default: episode_control_config.max_episodes)")
 	fs.IntVar(&f.warmPool, "warm-pool", 0, "started sandboxes kept ready per environment, so episodes start at once (in process only)")
+	f.caches.register(fs)
 	fs.DurationVar(&f.orphanAfter, "orphan-after", docker.DefaultOrphanAfter, "a sandbox whose executor stream is gone (e.g. this process was killed) removes itself after this long; 0: never (in process only)")
 	fs.StringVar(&f.policy, "policy", "llm", "llm, oracle (each environment's reference solution) or replay:FILE (a trajectory's calls)")
 	fs.StringVar(&f.server, "server", "", "run against a remote gymserver at this ws:// URL instead of in process")
@@ -196,7 +198,7 @@ func rolloutWith(ctx context.Context, args []string, stdout, stderr io.Writer, l
 			list = append(list, e)
 		}
 	} else {
-		reg, closeFn, err := load(ctx, path, logger, loadOptions{WarmPool: f.warmPool, OrphanAfter: orphanAfterOption(f.orphanAfter)})
+		reg, closeFn, err := load(ctx, path, logger, loadOptions{WarmPool: f.warmPool, OrphanAfter: orphanAfterOption(f.orphanAfter), Caches: f.caches})
 		if err != nil {
 			return fail(1, "%v", err)
 		}

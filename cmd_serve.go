@@ -32,6 +32,8 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	idleTTL := fs.Duration("idle-ttl", server.DefaultIdleSessionTTL, "close sessions without requests for this long")
 	pingInterval := fs.Duration("ping-interval", server.DefaultPingInterval, "WebSocket heartbeat period")
 	warmPool := fs.Int("warm-pool", 0, "started sandboxes kept ready per environment, so resets return at once")
+	var caches cacheCapFlags
+	caches.register(fs)
 	orphanAfter := fs.Duration("orphan-after", docker.DefaultOrphanAfter, "a sandbox whose executor stream is gone (e.g. this server was killed) removes itself after this long; 0: never")
 	drainTimeout := fs.Duration("drain-timeout", server.DefaultDrainTimeout, "on SIGTERM, how long in-flight requests may finish")
 	logLevel := fs.String("log-level", "INFO", "log level: DEBUG, INFO, WARN, ERROR")
@@ -64,7 +66,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		fmt.Fprintln(stderr, "gymserver serve: --warm-pool must not be negative")
 		return 2
 	}
-	reg, closeEnvs, err := loadRegistry(ctx, *configPath, logger, loadOptions{WarmPool: *warmPool, OrphanAfter: orphanAfterOption(*orphanAfter)})
+	reg, closeEnvs, err := loadRegistry(ctx, *configPath, logger, loadOptions{WarmPool: *warmPool, OrphanAfter: orphanAfterOption(*orphanAfter), Caches: caches})
 	if err != nil {
 		fmt.Fprintln(stderr, "gymserver serve:", err)
 		return 1
