@@ -8,11 +8,3 @@ import "github.com/gymserver/gymserver/envs/sandbox"
 func CutStream(sb sandbox.Sandbox) {
 	sb.(*Sandbox).conn.Close()
 }
-
-// WithImageCacheLabels returns opts with the provider's own image pruning
-// narrowed to images carrying all of labels, so that a test's provider
-// leaves alone the images of tests running beside it.
-func WithImageCacheLabels(opts Options, labels ...string) Options {
-	opts.imageCacheLabels = labels
-	return opts
-}

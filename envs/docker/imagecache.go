@@ -528,7 +528,7 @@ func (p *Provider) pruneOptions() PruneOptions {
 	return PruneOptions{
 		MinIdle: p.cacheMinIdle(),
 		Keep:    p.keepImage,
-		Labels:  p.opts.imageCacheLabels,
+		Labels:  p.opts.ImageCacheLabels,
 		Logger:  p.log,
 	}
 }

@@ -101,7 +101,8 @@ func (c *cacheTest) cleanup() {
 // images; see dockertest.NewWith.
 func (c *cacheTest) provider(opts docker.Options) *docker.Provider {
 	c.t.Helper()
-	p, _ := dockertest.NewWith(c.t, docker.WithImageCacheLabels(opts, c.label))
+	opts.ImageCacheLabels = []string{c.label}
+	p, _ := dockertest.NewWith(c.t, opts)
 	return p
 }
 

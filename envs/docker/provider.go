@@ -96,10 +96,10 @@ type Options struct {
 	// the provider's pruning (default DefaultImageCacheMinIdle; negative:
 	// none), so that it leaves alone what other processes just prepared.
 	ImageCacheMinIdle time.Duration
-
-	// imageCacheLabels narrow the provider's pruning to images with these
-	// labels; tests set it (see export_test.go).
-	imageCacheLabels []string
+	// ImageCacheLabels, as "key" or "key=value", narrow the provider's
+	// pruning to images that carry all of them; tests that share an
+	// engine use it to leave each other's images alone.
+	ImageCacheLabels []string
 }
 
 // Provider makes Docker sandboxes. It is safe for concurrent use.
