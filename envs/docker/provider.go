@@ -87,9 +87,9 @@ type Options struct {
 	// executor's attach.
 	OrphanAfter time.Duration
 	// ImageCacheMaxImages and ImageCacheMaxBytes cap the prepared and
-	// build images on the host: after each build the least recently used
-	// go until both caps hold, except those in use (see imagecache.go).
-	// 0 means no cap.
+	// build images on the host, in number and in CachedImage.Size: after
+	// each build the least recently used go until both caps hold, except
+	// those in use (see PruneCache). 0 means no cap.
 	ImageCacheMaxImages int
 	ImageCacheMaxBytes  int64
 	// ImageCacheMinIdle keeps images used more recently than this from
