@@ -64,6 +64,9 @@ func newProvider(ctx context.Context, logger *slog.Logger, opts loadOptions) (*d
 		Client:         cli,
 		WarmPool:       opts.WarmPool,
 		OrphanAfter:    opts.OrphanAfter,
+		// Caps on the image cache; see docker.Options.
+		ImageCacheMaxImages: opts.Caches.maxImages,
+		ImageCacheMaxBytes:  int64(opts.Caches.maxBytes),
 		BuildBase: func(ctx context.Context, ref string) error {
 			if !baseimage.Known(ref) {
 				return fmt.Errorf("image %s cannot be pulled and is not a built-in base image (%s)", ref, strings.Join(baseimage.Refs(), ", "))
@@ -94,6 +97,9 @@ type loadOptions struct {
 	// JanitorLog is the file the janitor appends its log to (empty:
 	// none).
 	JanitorLog string
+	// Caches caps the image cache (--image-cache-max-images and
+	// --image-cache-max-bytes).
+	Caches cacheCapFlags
 }
 
 // orphanAfterOption turns the --orphan-after flag, where 0 means never,

@@ -41,6 +41,7 @@ type rolloutFlags struct {
 	orphanAfter            time.Duration
 	noJanitor              bool
 	janitorLog             string
+	caches                 cacheCapFlags
 	policy                 string
 	server, token          string
 	// set holds the names of the flags given on the command line.
@@ -103,6 +104,7 @@ func rolloutWith(ctx context.Context, args []string, stdout, stderr io.Writer, l
 	fs.IntVar(&f.parallel, "parallel", 0, "episodes run at once (default: rollout_config.max_parallel_rollouts)")
 	fs.IntVar(&f.episodes, "episodes", 0, "episodes per environment (default: episode_control_config.max_episodes)")
 	fs.IntVar(&f.warmPool, "warm-pool", 0, "started sandboxes kept ready per environment, so episodes start at once (in process only)")
+	f.caches.register(fs)
 	fs.DurationVar(&f.orphanAfter, "orphan-after", docker.DefaultOrphanAfter, "a sandbox whose executor stream is gone (e.g. this process was killed) removes itself after this long; 0: never (in process only)")
 	fs.BoolVar(&f.noJanitor, "no-janitor", false, "start no janitor process; without it, snapshot images of a killed run stay until the next start or gymserver reap (in process only)")
 	fs.StringVar(&f.janitorLog, "janitor-log", "", "file the janitor appends what it removed to (default: none; in process only)")
@@ -205,6 +207,7 @@ func rolloutWith(ctx context.Context, args []string, stdout, stderr io.Writer, l
 			OrphanAfter: orphanAfterOption(f.orphanAfter),
 			Janitor:     !f.noJanitor,
 			JanitorLog:  f.janitorLog,
+			Caches:      f.caches,
 		})
 		if err != nil {
 			return fail(1, "%v", err)

@@ -32,6 +32,8 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	idleTTL := fs.Duration("idle-ttl", server.DefaultIdleSessionTTL, "close sessions without requests for this long")
 	pingInterval := fs.Duration("ping-interval", server.DefaultPingInterval, "WebSocket heartbeat period")
 	warmPool := fs.Int("warm-pool", 0, "started sandboxes kept ready per environment, so resets return at once")
+	var caches cacheCapFlags
+	caches.register(fs)
 	orphanAfter := fs.Duration("orphan-after", docker.DefaultOrphanAfter, "a sandbox whose executor stream is gone (e.g. this server was killed) removes itself after this long; 0: never")
 	noJanitor := fs.Bool("no-janitor", false, "start no janitor process; without it, snapshot images of a killed server stay until the next start or gymserver reap")
 	janitorLog := fs.String("janitor-log", "", "file the janitor appends what it removed to (default: none)")
@@ -71,6 +73,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		OrphanAfter: orphanAfterOption(*orphanAfter),
 		Janitor:     !*noJanitor,
 		JanitorLog:  *janitorLog,
+		Caches:      caches,
 	})
 	if err != nil {
 		fmt.Fprintln(stderr, "gymserver serve:", err)

@@ -9,6 +9,8 @@
 //	gymserver rollout  CONFIG.json [--policy llm|oracle|replay:FILE] [--output results.json]
 //	gymserver validate CONFIG.json [--solve] [--json]
 //	gymserver image build [REF...]
+//	gymserver image ls [--json]
+//	gymserver image prune [--all] [--dry-run] [--max-images N] [--max-bytes SIZE] [--json]
 //	gymserver reap     [--all] [--dry-run] [--json]
 package main
 
@@ -73,6 +75,7 @@ Commands:
   rollout   CONFIG.json             run episodes with an LLM (or oracle/replay) policy
   validate  CONFIG.json             check a config; --solve proves the reference solution
   image     build [REF...]          build the registry-free base image (debootstrap)
+  image     ls | prune              list the image cache; remove stale or unused images
   reap      [--all] [--dry-run]     remove containers and snapshots of dead servers
 
 Run "gymserver COMMAND -h" for a command's flags.

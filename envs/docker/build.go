@@ -31,15 +31,6 @@ import (
 // are content hashes.
 const BuildRepo = "gymserver-build"
 
-// Labels of built images.
-const (
-	// LabelBuild holds a built image's full content hash.
-	LabelBuild = "gymserver.build"
-	// LabelKind says what made an image; built images have KindBuild.
-	LabelKind = "gymserver.kind"
-	// KindBuild is the LabelKind of built images.
-	KindBuild = "build"
-)
 
 // DefaultBuildTimeout bounds a build whose spec sets no timeout.
 const DefaultBuildTimeout = 10 * time.Minute
@@ -107,7 +98,9 @@ func (p *Provider) Build(ctx context.Context, spec BuildSpec) (string, error) {
 	ref := BuildRepo + ":" + key[:24]
 	busyKey := "build:" + key // p.building is shared with Prepare
 	for {
-		if _, err := p.cli.ImageInspect(bctx, ref); err == nil {
+		// A hit marks the image used (the cache's clock) and held.
+		if err := p.touchImage(bctx, ref); err == nil {
+			p.cache.hold(ref)
 			return ref, nil
 		} else if !isNotFound(err) {
 			return "", p.buildErr(ctx, bctx, spec, timeout, fmt.Errorf("inspect %s: %w", ref, err))
@@ -136,6 +129,8 @@ func (p *Provider) Build(ctx context.Context, spec BuildSpec) (string, error) {
 			return "", p.buildErr(ctx, bctx, spec, timeout, err)
 		}
 		p.log.Info("built image", "image", ref, "task_id", spec.Name)
+		p.cache.hold(ref)
+		p.enforceCacheCap(ctx)
 		return ref, nil
 	}
 }
@@ -367,7 +362,7 @@ func (p *Provider) imageBuild(ctx context.Context, spec BuildSpec, dir, dockerfi
 		ForceRemove: true,
 		PullParent:  false,
 		Version:     build.BuilderV1,
-		Labels:      map[string]string{LabelBuild: key, LabelKind: KindBuild, sandbox.LabelTask: spec.Name},
+		Labels:      map[string]string{labelBuild: key, labelKind: KindBuild, sandbox.LabelTask: spec.Name},
 	})
 	if err != nil {
 		if errdefs.IsInvalidParameter(err) {

@@ -9,5 +9,9 @@
 // outright leaves no running sandbox behind. Containers and snapshot images
 // are labelled with the owning provider's id and a lease; a provider reaps
 // those of dead owners when it starts, and ReapOrphans (`gymserver reap`)
-// does so on demand.
+// does so on demand. Prepared images are a cache shared by every provider
+// on the host, with an LRU clock kept by the engine (see ListCache and
+// PruneCache); a provider removes those of other executor builds when it
+// starts, and keeps the cache within Options.ImageCacheMaxImages and
+// ImageCacheMaxBytes.
 package docker

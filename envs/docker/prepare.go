@@ -38,7 +38,9 @@ const defaultInitTimeout = 10 * time.Minute
 
 // Prepare returns the prepared image for spec, building it once: the base
 // image plus the executor, the files and the init commands' effects,
-// committed under a tag derived from a hash of all of them.
+// committed under a tag derived from a hash of all of them. The image
+// stays in the cache while the provider lives; after a build, the cache is
+// held to Options.ImageCacheMaxImages and ImageCacheMaxBytes.
 func (p *Provider) Prepare(ctx context.Context, spec sandbox.ImageSpec) (string, error) {
 	baseID, err := p.ensureBase(ctx, spec.BaseImage)
 	if err != nil {
@@ -47,10 +49,13 @@ func (p *Provider) Prepare(ctx context.Context, spec sandbox.ImageSpec) (string,
 	key := p.prepareKey(baseID, spec)
 	ref := PreparedRepo + ":" + key[:24]
 	for {
-		if _, err := p.cli.ImageInspect(ctx, ref); err == nil {
+		// A cache hit re-tags the image: its tag time is the cache's LRU
+		// clock (see ListCache).
+		if err := p.touchImage(ctx, ref); err == nil {
+			p.cache.hold(ref)
 			return ref, nil
 		} else if !isNotFound(err) {
-			return "", gym.Classify(fmt.Errorf("docker: inspect %s: %w", ref, err), gym.ClassSandbox)
+			return "", gym.Classify(fmt.Errorf("docker: tag %s: %w", ref, err), gym.ClassSandbox)
 		}
 		p.mu.Lock()
 		wait, busy := p.building[key]
@@ -76,6 +81,8 @@ func (p *Provider) Prepare(ctx context.Context, spec sandbox.ImageSpec) (string,
 		if err != nil {
 			return "", err
 		}
+		p.cache.hold(ref)
+		p.enforceCacheCap(ctx)
 		return ref, nil
 	}
 }
@@ -223,7 +230,7 @@ func (p *Provider) build(ctx context.Context, spec sandbox.ImageSpec, ref, key s
 			User:       sandboxUser,
 			WorkingDir: workdir,
 			Env:        envList(spec.Env),
-			Labels:     map[string]string{labelPrepared: key},
+			Labels:     map[string]string{labelPrepared: key, labelExecutor: p.execHash, labelKind: KindPrepared},
 		},
 	})
 	if err != nil {

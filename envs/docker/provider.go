@@ -93,6 +93,20 @@ type Options struct {
 	// owner id, which must then be this provider's alone. Empty: no
 	// janitor.
 	Janitor []string
+	// ImageCacheMaxImages and ImageCacheMaxBytes cap the prepared and
+	// build images on the host, in number and in CachedImage.Size: after
+	// each build the least recently used go until both caps hold, except
+	// those in use (see PruneCache). 0 means no cap.
+	ImageCacheMaxImages int
+	ImageCacheMaxBytes  int64
+	// ImageCacheMinIdle keeps images used more recently than this from
+	// the provider's pruning (default DefaultImageCacheMinIdle; negative:
+	// none), so that it leaves alone what other processes just prepared.
+	ImageCacheMinIdle time.Duration
+	// ImageCacheLabels, as "key" or "key=value", narrow the provider's
+	// pruning to images that carry all of them; tests that share an
+	// engine use it to leave each other's images alone.
+	ImageCacheLabels []string
 }
 
 // Provider makes Docker sandboxes. It is safe for concurrent use.
@@ -104,6 +118,8 @@ type Provider struct {
 	log       *slog.Logger
 	starts    chan struct{}
 	execHash  string
+	// cache holds what the provider knows of the image cache.
+	cache imageCache
 
 	// bgCtx ends when the provider closes; bg counts the goroutines
 	// filling the warm pool.
@@ -134,7 +150,8 @@ type Provider struct {
 var _ sandbox.Provider = (*Provider)(nil)
 
 // New connects to the Docker Engine, reaps containers whose owner is gone
-// or whose lease passed, and returns a provider.
+// or whose lease passed, removes the unused prepared images of other
+// executor builds, and returns a provider.
 func New(ctx context.Context, opts Options) (*Provider, error) {
 	if opts.ExecutorBinary == "" {
 		return nil, errors.New("docker: no executor binary")
@@ -189,6 +206,8 @@ func New(ctx context.Context, opts Options) (*Provider, error) {
 	if err := p.Reap(ctx); err != nil {
 		p.log.Warn("reaping orphaned containers failed", "err", err)
 	}
+	p.pruneStaleImages(ctx)
+	p.keepTouching()
 	if err := p.startJanitor(); err != nil {
 		p.closeClient()
 		return nil, err

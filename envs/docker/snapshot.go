@@ -36,7 +36,7 @@ func (s *Sandbox) Commit(ctx context.Context) (string, error) {
 	_, _ = rand.Read(b[:])
 	ref := snapshotRepo + ":" + hex.EncodeToString(b[:])
 	p := s.p
-	labels := p.labels(map[string]string{labelSnapshot: "1"})
+	labels := p.labels(map[string]string{labelSnapshot: "1", labelKind: KindSnapshot})
 	// Register first: a provider closing meanwhile still removes it.
 	p.mu.Lock()
 	if p.closed {

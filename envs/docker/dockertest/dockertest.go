@@ -22,9 +22,16 @@ import (
 	"github.com/gymserver/gymserver/envs/sandbox/sandboxtest"
 )
 
+// NoPruneLabel is a label no image carries: the default
+// docker.Options.ImageCacheLabels of the providers made here, so that their
+// pruning of the image cache touches nothing; tests of the cache set
+// their own.
+const NoPruneLabel = "gymserver.dockertest-prune=none"
+
 // open connects to the Engine and makes a provider with opts, whose
 // executor (unless set) is the static binary sandboxtest builds; missing
-// base images are built locally.
+// base images are built locally, and the image cache is not pruned unless
+// opts.ImageCacheLabels says which images to prune.
 func open(t testing.TB, opts docker.Options) (*docker.Provider, *client.Client, error) {
 	if opts.ExecutorBinary == "" {
 		opts.ExecutorBinary = sandboxtest.ExecutorBinary(t)
@@ -34,6 +41,11 @@ func open(t testing.TB, opts docker.Options) (*docker.Provider, *client.Client, 
 		return nil, nil, err
 	}
 	opts.Client = cli
+	if opts.ImageCacheLabels == nil {
+		// Tests of other packages may share the engine: a test provider
+		// prunes only the images its test marks for it.
+		opts.ImageCacheLabels = []string{NoPruneLabel}
+	}
 	if opts.BuildBase == nil {
 		opts.BuildBase = func(ctx context.Context, ref string) error {
 			return baseimage.Build(ctx, cli, ref, os.Stderr)
