@@ -31,7 +31,6 @@ import (
 // are content hashes.
 const BuildRepo = "gymserver-build"
 
-
 // DefaultBuildTimeout bounds a build whose spec sets no timeout.
 const DefaultBuildTimeout = 10 * time.Minute
 
