@@ -206,7 +206,7 @@ func checkOracleOutputs(t *testing.T, out string, episodes int) {
 		t.Fatalf("%d results, want %d", len(recs), episodes)
 	}
 	for i, r := range recs {
-		if r.Episode != i || r.TrajectoryFile != filepath.Join("trajectories", rollout.TrajectoryName("calculator_api", i)) {
+		if r.Episode != i || r.TrajectoryFile != filepath.Join("trajectories", rollout.TrajectoryName("calculator_api", "calculator_api", i)) {
 			t.Errorf("result %d = %+v", i, r)
 		}
 		var tr gym.Trajectory
