@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -37,6 +38,10 @@ type rolloutFlags struct {
 	dryRun, quiet          bool
 	logLevel               string
 	parallel, episodes     int
+	episodesPerTask        int
+	tasksPerEnv            int
+	sampleSeed             int64
+	tasks                  string
 	warmPool               int
 	orphanAfter            time.Duration
 	noJanitor              bool
@@ -102,7 +107,11 @@ func rolloutWith(ctx context.Context, args []string, stdout, stderr io.Writer, l
 	fs.StringVar(&f.logLevel, "log-level", "WARN", "log level: DEBUG, INFO, WARN, ERROR")
 	fs.BoolVar(&f.quiet, "quiet", false, "no progress bar and no summary table")
 	fs.IntVar(&f.parallel, "parallel", 0, "episodes run at once (default: rollout_config.max_parallel_rollouts)")
-	fs.IntVar(&f.episodes, "episodes", 0, "episodes per environment (default: episode_control_config.max_episodes)")
+	fs.IntVar(&f.episodes, "episodes", 0, "episodes per environment, spread over its tasks (default: episode_control_config.max_episodes)")
+	fs.IntVar(&f.episodesPerTask, "episodes-per-task", 0, "episodes of every task, instead of --episodes per environment (default: episode_control_config.episodes_per_task)")
+	fs.IntVar(&f.tasksPerEnv, "tasks-per-env", 0, "run a reproducible sample of this many tasks per environment (default: rollout_config.tasks_per_env; 0: all)")
+	fs.Int64Var(&f.sampleSeed, "sample-seed", 0, "seed of the --tasks-per-env sample (default: rollout_config.sample_seed)")
+	fs.StringVar(&f.tasks, "tasks", "", "run only the tasks whose ENV/TASK id matches this regular expression (default: rollout_config.task_filter)")
 	fs.IntVar(&f.warmPool, "warm-pool", 0, "started sandboxes kept ready per environment, so episodes start at once (in process only)")
 	f.caches.register(fs)
 	fs.DurationVar(&f.orphanAfter, "orphan-after", docker.DefaultOrphanAfter, "a sandbox whose executor stream is gone (e.g. this process was killed) removes itself after this long; 0: never (in process only)")
@@ -137,6 +146,17 @@ func rolloutWith(ctx context.Context, args []string, stdout, stderr io.Writer, l
 	if f.set["episodes"] && f.episodes < 1 {
 		return fail(2, "--episodes must be at least 1")
 	}
+	if f.set["episodes-per-task"] && f.episodesPerTask < 1 {
+		return fail(2, "--episodes-per-task must be at least 1")
+	}
+	if f.set["tasks-per-env"] && f.tasksPerEnv < 1 {
+		return fail(2, "--tasks-per-env must be at least 1")
+	}
+	if f.set["tasks"] {
+		if _, err := regexp.Compile(f.tasks); err != nil {
+			return fail(2, "--tasks: %v", err)
+		}
+	}
 	logger, err := newLogger(stderr, f.logLevel)
 	if err != nil {
 		return fail(2, "%v", err)
@@ -152,6 +172,18 @@ func rolloutWith(ctx context.Context, args []string, stdout, stderr io.Writer, l
 	if f.set["episodes"] {
 		cfg.EpisodeControl.MaxEpisodes = f.episodes
 	}
+	if f.set["episodes-per-task"] {
+		cfg.EpisodeControl.EpisodesPerTask = f.episodesPerTask
+	}
+	if f.set["tasks-per-env"] {
+		cfg.Rollout.TasksPerEnv = f.tasksPerEnv
+	}
+	if f.set["sample-seed"] {
+		cfg.Rollout.SampleSeed = f.sampleSeed
+	}
+	if f.set["tasks"] {
+		cfg.Rollout.TaskFilter = f.tasks
+	}
 	plugins, err := plugin.Load(cfg.Plugins, cfg.Dir, logger)
 	if err != nil {
 		return fail(1, "%v", err)
@@ -160,19 +192,21 @@ func rolloutWith(ctx context.Context, args []string, stdout, stderr io.Writer, l
 	if err != nil {
 		return fail(2, "%v", err)
 	}
-	// Check every environment's policy now: an oracle needs each
-	// reference solution.
-	for _, ec := range cfg.Environments {
-		if _, err := sel.factory(gym.EnvSpec{ID: ec.ID}); err != nil {
-			return fail(1, "environment %s: policy %s: %v", ec.ID, sel.name, err)
-		}
+	plans, err := rollout.ConfigPlans(cfg)
+	if err != nil {
+		return fail(1, "%v", err)
+	}
+	// Check the policy of every task the run covers now: an oracle needs
+	// each one's reference solution.
+	if err := checkPolicies(plans, sel); err != nil {
+		return fail(1, "%v", err)
 	}
 	output, err := filepath.Abs(f.output)
 	if err != nil {
 		return fail(2, "--output: %v", err)
 	}
 	if f.dryRun {
-		printPlan(stdout, cfg, &f, sel, plugins, output)
+		printPlan(stdout, cfg, plans, &f, sel, plugins, output)
 		return 0
 	}
 	for _, w := range cfg.Warnings {
@@ -286,7 +320,7 @@ func selectPolicy(cfg *config.Config, f *rolloutFlags, logger *slog.Logger) (pol
 		}
 		sel := policySelection{name: "llm", llm: &pc, keySource: source}
 		var shared gym.Policy
-		sel.factory = func(gym.EnvSpec) (gym.Policy, error) {
+		sel.factory = func(gym.EnvSpec, gym.TaskSpec) (gym.Policy, error) {
 			if shared == nil {
 				p, err := policy.NewLLM(pc)
 				if err != nil {
@@ -298,12 +332,30 @@ func selectPolicy(cfg *config.Config, f *rolloutFlags, logger *slog.Logger) (pol
 		}
 		return sel, nil
 	case f.policy == "oracle":
-		return policySelection{name: "oracle", factory: func(spec gym.EnvSpec) (gym.Policy, error) {
-			ec, ok := cfg.Environment(spec.ID)
+		// Each task applies its own reference, found by environment and
+		// task id in the config (a remote environment's tasks too).
+		tasks := map[string]map[string]config.Task{}
+		for _, ec := range cfg.Environments {
+			m := make(map[string]config.Task, len(ec.Tasks))
+			for _, t := range ec.Tasks {
+				m[t.ID] = t
+			}
+			tasks[ec.ID] = m
+		}
+		return policySelection{name: "oracle", factory: func(spec gym.EnvSpec, ts gym.TaskSpec) (gym.Policy, error) {
+			m, ok := tasks[spec.ID]
 			if !ok {
 				return nil, fmt.Errorf("environment %s is not in the config: %w", spec.ID, gym.ErrNotFound)
 			}
-			calls, err := envs.ReferenceCalls(ec.Tasks[0])
+			t, ok := m[ts.ID]
+			if ec, _ := cfg.Environment(spec.ID); !ok && ts.ID == "" && len(ec.Tasks) > 0 {
+				// No task named: the environment's first, as Reset picks.
+				t, ok = ec.Tasks[0], true
+			}
+			if !ok {
+				return nil, fmt.Errorf("task %s is not in the config: %w", ts.ID, gym.ErrNotFound)
+			}
+			calls, err := envs.ReferenceCalls(t)
 			if err != nil {
 				return nil, err
 			}
@@ -315,7 +367,7 @@ func selectPolicy(cfg *config.Config, f *rolloutFlags, logger *slog.Logger) (pol
 		if err != nil {
 			return policySelection{}, err
 		}
-		return policySelection{name: f.policy, factory: func(gym.EnvSpec) (gym.Policy, error) { return p, nil }}, nil
+		return policySelection{name: f.policy, factory: func(gym.EnvSpec, gym.TaskSpec) (gym.Policy, error) { return p, nil }}, nil
 	}
 	return policySelection{}, fmt.Errorf("--policy %q: want llm, oracle or replay:FILE", f.policy)
 }
@@ -389,13 +441,37 @@ func llmConfig(l config.LLM, f *rolloutFlags) (policy.Config, string) {
 	return pc, ""
 }
 
-// printPlan prints what a run would do.
-func printPlan(w io.Writer, cfg *config.Config, f *rolloutFlags, sel policySelection, plugins *plugin.Set, output string) {
-	ids := make([]string, len(cfg.Environments))
-	for i, ec := range cfg.Environments {
-		ids[i] = ec.ID
+// maxPolicyErrors bounds the tasks whose policy failed that the start-up
+// check reports; the rest are counted.
+const maxPolicyErrors = 10
+
+// checkPolicies makes the policy of every planned task once, as the run
+// will, and reports the tasks whose policy cannot be made (an oracle's
+// task without a reference solution).
+func checkPolicies(plans []rollout.EnvPlan, sel policySelection) error {
+	var errs []error
+	failed := 0
+	for _, p := range plans {
+		for _, id := range p.Tasks {
+			if _, err := sel.factory(gym.EnvSpec{ID: p.ID}, gym.TaskSpec{ID: id}); err != nil {
+				if failed++; failed <= maxPolicyErrors {
+					errs = append(errs, fmt.Errorf("environment %s: task %s: policy %s: %w", p.ID, id, sel.name, err))
+				}
+			}
+		}
 	}
-	plan := rollout.PlanFor(cfg, ids, sel.name)
+	if failed > maxPolicyErrors {
+		errs = append(errs, fmt.Errorf("... and %d more tasks", failed-maxPolicyErrors))
+	}
+	return errors.Join(errs...)
+}
+
+// planTasksShown is how many task ids the plan lists per environment.
+const planTasksShown = 5
+
+// printPlan prints what a run would do.
+func printPlan(w io.Writer, cfg *config.Config, plans []rollout.EnvPlan, f *rolloutFlags, sel policySelection, plugins *plugin.Set, output string) {
+	plan := rollout.PlanFor(cfg, plans, sel.name)
 	fmt.Fprintf(w, "config: %s (%d environments)\n", cfg.Path, len(cfg.Environments))
 	switch {
 	case sel.llm != nil:
@@ -413,17 +489,46 @@ func printPlan(w io.Writer, cfg *config.Config, f *rolloutFlags, sel policySelec
 		target = "remote gymserver at " + f.server
 	}
 	fmt.Fprintf(w, "environments: %s\n", target)
-	for _, e := range plan.Environments {
-		ec, _ := cfg.Environment(e.ID)
-		fmt.Fprintf(w, "  %s: up to %d episode(s), image %s, %d test command(s), global timeout %s, max actions %d\n",
-			e.ID, e.Episodes, ec.DockerImage, len(ec.UnitTests), ec.Timeouts.Global, ec.MaxActions)
-	}
 	ctl := cfg.EpisodeControl
+	for _, p := range plans {
+		ec, _ := cfg.Environment(p.ID)
+		tasks := ""
+		if p.TaskCount > 1 {
+			tasks = fmt.Sprintf(" over %d of %d tasks", len(p.Tasks), p.TaskCount)
+		}
+		fmt.Fprintf(w, "  %s: up to %d episode(s)%s, image %s, %d test command(s), global timeout %s, max actions %d\n",
+			p.ID, p.Episodes, tasks, ec.DockerImage, len(ec.UnitTests), ec.Timeouts.Global, ec.MaxActions)
+		if p.TaskCount > 1 && len(p.Tasks) > 0 {
+			shown := p.Tasks[:min(len(p.Tasks), planTasksShown)]
+			more := ""
+			if n := len(p.Tasks) - len(shown); n > 0 {
+				more = fmt.Sprintf(", ... %d more", n)
+			}
+			fmt.Fprintf(w, "    tasks: %s%s\n", strings.Join(shown, ", "), more)
+		}
+		if n := len(p.Tasks); n > 1 && ctl.EpisodesPerTask == 0 && p.Episodes < n {
+			fmt.Fprintf(w, "warning: %s: %d episode(s) cover %d of its %d tasks; set episode_control_config.episodes_per_task (--episodes-per-task) to run each of them\n",
+				p.ID, p.Episodes, p.Episodes, n)
+		}
+	}
+	filter := "all"
+	if cfg.Rollout.TaskFilter != "" {
+		filter = fmt.Sprintf("those matching %q", cfg.Rollout.TaskFilter)
+	}
+	sample := ""
+	if cfg.Rollout.TasksPerEnv > 0 {
+		sample = fmt.Sprintf(", a sample of %d per environment (sample_seed %d)", cfg.Rollout.TasksPerEnv, cfg.Rollout.SampleSeed)
+	}
+	per := fmt.Sprintf("max_episodes %d per environment, spread over its tasks", ctl.MaxEpisodes)
+	if ctl.EpisodesPerTask > 0 {
+		per = fmt.Sprintf("%d per task", ctl.EpisodesPerTask)
+	}
+	fmt.Fprintf(w, "tasks: %s%s; episodes: %s\n", filter, sample, per)
 	minRate := "none"
 	if ctl.MinSuccessRate != nil {
 		minRate = strconv.FormatFloat(*ctl.MinSuccessRate, 'f', -1, 64)
 	}
-	fmt.Fprintf(w, "episodes: at most %d in total (safety_limit %d), %d at a time; stop_on_success %t, min_success_rate %s\n",
+	fmt.Fprintf(w, "episodes: at most %d in total (safety_limit %d), %d at a time; stop_on_success %t, min_success_rate %s (per task)\n",
 		rollout.Total(plan), ctl.SafetyLimit, cfg.Rollout.MaxParallelRollouts, ctl.StopOnSuccess, minRate)
 	fmt.Fprintf(w, "outputs: results %s, stats %s, trajectories %s (results saved every %d episode(s); state persistence %t)\n",
 		output, rollout.StatsPath(output), rollout.TrajectoryDir(output, cfg.Rollout.TrajectoryOutputPath),

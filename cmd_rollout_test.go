@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -16,6 +17,7 @@ import (
 	"github.com/gymserver/gymserver/envs/docker/dockertest"
 
 	"github.com/gymserver/gymserver/envs"
+	"github.com/gymserver/gymserver/envs/baseimage"
 	"github.com/gymserver/gymserver/envs/config"
 	"github.com/gymserver/gymserver/gym"
 	"github.com/gymserver/gymserver/gym/gymtest"
@@ -206,7 +208,7 @@ func checkOracleOutputs(t *testing.T, out string, episodes int) {
 		t.Fatalf("%d results, want %d", len(recs), episodes)
 	}
 	for i, r := range recs {
-		if r.Episode != i || r.TrajectoryFile != filepath.Join("trajectories", rollout.TrajectoryName("calculator_api", i)) {
+		if r.Episode != i || r.TrajectoryFile != filepath.Join("trajectories", rollout.TrajectoryName("calculator_api", "calculator_api", i)) {
 			t.Errorf("result %d = %+v", i, r)
 		}
 		var tr gym.Trajectory
@@ -321,5 +323,133 @@ func TestRolloutAgainstRemoteServer(t *testing.T) {
 	code, _, stderr = runCmd(t, noLoader(t), cfgPath, "--server", url, "--token", "wrong", "--policy", "replay:"+recording, "--output", out, "--quiet")
 	if code != 1 || !strings.Contains(stderr, "connect") {
 		t.Errorf("wrong token: exit %d, stderr:\n%s", code, stderr)
+	}
+}
+
+// writeManyTasks writes a config of one environment with the given tasks
+// (functions f(x) to implement, each with its hidden test and reference;
+// a task named "noref*" has no reference) and returns its path.
+func writeManyTasks(t *testing.T, ids ...string) string {
+	t.Helper()
+	var tasks []string
+	for i, id := range ids {
+		k := i + 2
+		ref := fmt.Sprintf(`, "reference_solution": {"contents": {"f.py": "def f(x):\n    return %d * x\n"}}`, k)
+		if strings.HasPrefix(id, "noref") {
+			ref = ""
+		}
+		tasks = append(tasks, fmt.Sprintf(`{
+			"id": %q, "prompt": "Implement f(x) = %d * x in f.py.",
+			"files": {"f.py": "def f(x):\n    raise NotImplementedError\n"},
+			"hidden_files": {"tests/test_f.py": "from f import f\n\ndef test_one():\n    assert f(1) == %d\n\ndef test_two():\n    assert f(3) == %d\n"}%s
+		}`, id, k, k, 3*k, ref))
+	}
+	path := filepath.Join(t.TempDir(), "many.json")
+	cfg := `{"environments": [{
+		"id": "funcs", "docker_image": "` + baseimage.Python + `",
+		"unit_tests": ["python3 -m pytest -q tests/"],
+		"timeout_config": {"test_timeout": 60},
+		"tasks": [` + strings.Join(tasks, ",") + `]}],
+		"rollout_config": {"max_parallel_rollouts": 2}}`
+	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+func TestRolloutDryRunManyTasks(t *testing.T) {
+	noDockerNoKeys(t)
+	var ids []string
+	for i := range 8 {
+		ids = append(ids, fmt.Sprintf("t%d", i))
+	}
+	cfg := writeManyTasks(t, append(ids, "noref")...)
+	tests := []struct {
+		name string
+		args []string
+		code int
+		// want are substrings of stdout (code 0) or stderr.
+		want []string
+	}{
+		{"every task once", []string{"--episodes-per-task", "1", "--tasks", "/t"}, 0, []string{
+			"funcs: up to 8 episode(s) over 8 of 9 tasks",
+			"tasks: t0, t1, t2, t3, t4, ... 3 more",
+			`tasks: those matching "/t"; episodes: 1 per task`,
+			"at most 8 in total",
+		}},
+		{"sample", []string{"--episodes-per-task", "2", "--tasks", "^funcs/t", "--tasks-per-env", "3", "--sample-seed", "5"}, 0, []string{
+			"funcs: up to 6 episode(s) over 3 of 9 tasks",
+			"a sample of 3 per environment (sample_seed 5)",
+		}},
+		{"max_episodes does not cover every task", []string{"--tasks", "/t", "--episodes", "2"}, 0, []string{
+			"funcs: up to 2 episode(s) over 8 of 9 tasks",
+			"warning: funcs: 2 episode(s) cover 2 of its 8 tasks",
+		}},
+		{"a task without reference is named", []string{"--episodes-per-task", "1"}, 1, []string{
+			"environment funcs: task noref: policy oracle", "no reference_solution",
+		}},
+		{"filter matching nothing", []string{"--tasks", "^other/"}, 1, []string{`task_filter "^other/" matches no task`}},
+		{"bad filter", []string{"--tasks", "("}, 2, []string{"--tasks: error parsing regexp"}},
+		{"bad episodes per task", []string{"--episodes-per-task", "0"}, 2, []string{"--episodes-per-task must be at least 1"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			args := append([]string{cfg, "--dry-run", "--policy", "oracle"}, tt.args...)
+			code, stdout, stderr := runCmd(t, noLoader(t), args...)
+			if code != tt.code {
+				t.Fatalf("exit %d, want %d; stdout:\n%s\nstderr:\n%s", code, tt.code, stdout, stderr)
+			}
+			out := stdout
+			if code != 0 {
+				out = stderr
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(out, w) {
+					t.Errorf("output lacks %q:\n%s", w, out)
+				}
+			}
+		})
+	}
+}
+
+func TestRolloutOracleManyTasks(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs Docker")
+	}
+	for _, v := range apiKeyVars {
+		t.Setenv(v, "")
+	}
+	cfg := writeManyTasks(t, "double", "triple", "quadruple")
+	out := filepath.Join(t.TempDir(), "results.json")
+	code, _, stderr := runCmd(t, dockerLoader(t), cfg, "--policy", "oracle", "--episodes-per-task", "1", "--output", out)
+	if code != 0 {
+		t.Fatalf("exit %d, stderr:\n%s", code, stderr)
+	}
+	for _, want := range []string{"TASKS SOLVED", "3/3"} {
+		if !strings.Contains(stderr, want) {
+			t.Errorf("summary lacks %q:\n%s", want, stderr)
+		}
+	}
+	var stats rollout.Stats
+	readFile(t, rollout.StatsPath(out), &stats)
+	if o := stats.Overall; o.Episodes != 3 || o.SuccessRate != 1 || o.MeanReward != 1 || o.Tasks != 3 || o.TasksSolved != 3 {
+		t.Errorf("overall = %+v", o)
+	}
+	if e := stats.Environments["funcs"]; e.Episodes != 3 || e.TasksSolved != 3 {
+		t.Errorf("funcs = %+v", e)
+	}
+	if len(stats.Tasks) != 3 {
+		t.Errorf("task stats = %+v", stats.Tasks)
+	}
+	for _, id := range []string{"double", "triple", "quadruple"} {
+		ts, ok := stats.Tasks["funcs/"+id]
+		if !ok || ts.Episodes != 1 || ts.Successes != 1 || ts.MeanReward != 1 || ts.TestsPassed != 2 || ts.TestPassRate != 1 || ts.Errors != 0 {
+			t.Errorf("task %s stats = %+v", id, ts)
+		}
+		var tr gym.Trajectory
+		readFile(t, filepath.Join(filepath.Dir(out), "trajectories", rollout.TrajectoryName("funcs", id, 0)), &tr)
+		if tr.TaskID != id || tr.EpisodeResult.FinalScore != 1 || !tr.EpisodeResult.Success || !strings.Contains(tr.Messages[1].Content, "f(x)") {
+			t.Errorf("trajectory of %s: task %q, result %+v", id, tr.TaskID, tr.EpisodeResult)
+		}
 	}
 }

@@ -200,20 +200,36 @@ type Rollout struct {
 	// finished episodes (trajectories are always written as they finish).
 	SaveTrajectoryInterval int `json:"save_trajectory_interval"`
 	// StatePersistenceEnabled skips episodes whose trajectory already
-	// exists in TrajectoryOutputPath, so an interrupted run resumes.
+	// exists in TrajectoryOutputPath, so an interrupted run resumes. An
+	// episode is known by its environment, task and index in the task.
 	StatePersistenceEnabled bool `json:"state_persistence_enabled"`
+	// TaskFilter, when set, is a regular expression (RE2, unanchored)
+	// matched against "ENV/TASK": only the tasks it matches run.
+	TaskFilter string `json:"task_filter"`
+	// TasksPerEnv, when positive, runs a sample of that many tasks of each
+	// environment (of those TaskFilter keeps); 0 runs them all.
+	TasksPerEnv int `json:"tasks_per_env"`
+	// SampleSeed makes the TasksPerEnv sample reproducible: the same seed
+	// and the same tasks give the same sample.
+	SampleSeed int64 `json:"sample_seed"`
 }
 
 // EpisodeControl is `episode_control_config`.
 type EpisodeControl struct {
-	// MaxEpisodes is the number of episodes run per environment.
+	// MaxEpisodes is the number of episodes run per environment when
+	// EpisodesPerTask is not set; they are spread round-robin over the
+	// environment's tasks (episode i runs task i mod n), so for a one-task
+	// environment it is that task's number of episodes.
 	MaxEpisodes int `json:"max_episodes"`
+	// EpisodesPerTask, when positive, runs that many episodes of every
+	// task instead, and MaxEpisodes is not used.
+	EpisodesPerTask int `json:"episodes_per_task"`
 	// MaxEpisodesPerEnv, when set, caps the episodes of each environment.
 	MaxEpisodesPerEnv *int `json:"max_episodes_per_env"`
-	// StopOnSuccess stops an environment after its first success.
+	// StopOnSuccess stops a task after its first success.
 	StopOnSuccess bool `json:"stop_on_success"`
-	// MinSuccessRate, when set, stops an environment once its success rate
-	// reaches it (after at least two episodes).
+	// MinSuccessRate, when set, stops a task once its success rate
+	// reaches it (after at least two of its episodes).
 	MinSuccessRate *float64 `json:"min_success_rate"`
 	// SafetyLimit caps the episodes of the whole run.
 	SafetyLimit int `json:"safety_limit"`
@@ -234,9 +250,17 @@ type Plugin struct {
 	Timeout time.Duration `json:"timeout"`
 }
 
-// EpisodesFor returns the number of episodes to run for one environment.
-func (c EpisodeControl) EpisodesFor() int {
+// EpisodesFor returns the number of episodes to run for an environment
+// of which tasks tasks run: EpisodesPerTask for each task when set, else
+// MaxEpisodes, capped by MaxEpisodesPerEnv.
+func (c EpisodeControl) EpisodesFor(tasks int) int {
+	if tasks <= 0 {
+		return 0
+	}
 	n := c.MaxEpisodes
+	if c.EpisodesPerTask > 0 {
+		n = c.EpisodesPerTask * tasks
+	}
 	if c.MaxEpisodesPerEnv != nil && *c.MaxEpisodesPerEnv < n {
 		n = *c.MaxEpisodesPerEnv
 	}

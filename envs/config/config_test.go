@@ -116,8 +116,32 @@ func TestDefaultsAndInheritance(t *testing.T) {
 	if e.MaxActions != config.DefaultMaxActions || e.Network != "none" || e.Reward.Mode != config.RewardPassRate {
 		t.Errorf("defaults not applied: %+v", e)
 	}
-	if got := cfg.EpisodeControl.EpisodesFor(); got != 1 {
+	if got := cfg.EpisodeControl.EpisodesFor(1); got != 1 {
 		t.Errorf("episodes per env %d", got)
+	}
+}
+
+func TestEpisodesFor(t *testing.T) {
+	two := 2
+	tests := []struct {
+		name  string
+		ctl   config.EpisodeControl
+		tasks int
+		want  int
+	}{
+		{"max_episodes per one-task env", config.EpisodeControl{MaxEpisodes: 3}, 1, 3},
+		{"max_episodes spread over tasks", config.EpisodeControl{MaxEpisodes: 3}, 10, 3},
+		{"episodes_per_task", config.EpisodeControl{MaxEpisodes: 3, EpisodesPerTask: 2}, 10, 20},
+		{"max_episodes_per_env caps max_episodes", config.EpisodeControl{MaxEpisodes: 3, MaxEpisodesPerEnv: &two}, 1, 2},
+		{"max_episodes_per_env caps episodes_per_task", config.EpisodeControl{EpisodesPerTask: 2, MaxEpisodesPerEnv: &two}, 10, 2},
+		{"no task", config.EpisodeControl{MaxEpisodes: 3, EpisodesPerTask: 2}, 0, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := tt.ctl.EpisodesFor(tt.tasks); got != tt.want {
+				t.Errorf("EpisodesFor(%d) = %d, want %d", tt.tasks, got, tt.want)
+			}
+		})
 	}
 }
 

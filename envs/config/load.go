@@ -245,6 +245,22 @@ func (d *decoder) integer(dst *int) func(string, json.RawMessage) {
 	}
 }
 
+func (d *decoder) int64(dst *int64) func(string, json.RawMessage) {
+	return func(path string, raw json.RawMessage) {
+		if isNull(raw) {
+			return
+		}
+		var v int64
+		if err := json.Unmarshal(raw, &v); err != nil {
+			if _, ok := d.number(path, raw); ok {
+				d.fail(path, "want an integer (64-bit), got %s", bytes.TrimSpace(raw))
+			}
+			return
+		}
+		*dst = v
+	}
+}
+
 func (d *decoder) optInt(dst **int) func(string, json.RawMessage) {
 	return func(path string, raw json.RawMessage) {
 		if isNull(raw) {
@@ -480,7 +496,18 @@ func (d *decoder) checkGlobal(cfg *Config) {
 	if cfg.Rollout.SaveTrajectoryInterval < 1 {
 		d.fail("rollout_config.save_trajectory_interval", "must be at least 1, got %d", cfg.Rollout.SaveTrajectoryInterval)
 	}
+	if cfg.Rollout.TaskFilter != "" {
+		if _, err := regexp.Compile(cfg.Rollout.TaskFilter); err != nil {
+			d.fail("rollout_config.task_filter", "not a regular expression: %v", err)
+		}
+	}
+	if cfg.Rollout.TasksPerEnv < 0 {
+		d.fail("rollout_config.tasks_per_env", "must be at least 1, or 0 for every task, got %d", cfg.Rollout.TasksPerEnv)
+	}
 	ec := cfg.EpisodeControl
+	if ec.EpisodesPerTask < 0 {
+		d.fail("episode_control_config.episodes_per_task", "must be at least 1, or 0 to spread max_episodes over the tasks, got %d", ec.EpisodesPerTask)
+	}
 	if ec.MaxEpisodes < 1 {
 		d.fail("episode_control_config.max_episodes", "must be at least 1, got %d", ec.MaxEpisodes)
 	}
@@ -557,6 +584,9 @@ func (d *decoder) rollout(path string, raw json.RawMessage, r *Rollout) {
 		"enable_plugins":            d.boolean(&r.EnablePlugins),
 		"save_trajectory_interval":  d.integer(&r.SaveTrajectoryInterval),
 		"state_persistence_enabled": d.boolean(&r.StatePersistenceEnabled),
+		"task_filter":               d.str(&r.TaskFilter),
+		"tasks_per_env":             d.integer(&r.TasksPerEnv),
+		"sample_seed":               d.int64(&r.SampleSeed),
 	})
 }
 
@@ -567,6 +597,7 @@ func (d *decoder) episodeControl(path string, raw json.RawMessage, e *EpisodeCon
 	}
 	d.apply(path, obj, fields{
 		"max_episodes":         d.integer(&e.MaxEpisodes),
+		"episodes_per_task":    d.integer(&e.EpisodesPerTask),
 		"max_episodes_per_env": d.optInt(&e.MaxEpisodesPerEnv),
 		"stop_on_success":      d.boolean(&e.StopOnSuccess),
 		"min_success_rate":     d.optFloat(&e.MinSuccessRate),

@@ -89,6 +89,9 @@ type PlannedEnv struct {
 	ID string `json:"id"`
 	// Episodes is the most episodes the run will start for it.
 	Episodes int `json:"episodes"`
+	// Tasks is the number of its tasks the run covers; its episodes are
+	// spread over them.
+	Tasks int `json:"tasks"`
 }
 
 // Response is a plugin's answer to one Event. The zero Response changes

@@ -123,7 +123,9 @@ func TestCompute(t *testing.T) {
 		rec("a", 0, false, true, gym.ClassPolicy, 0, 0, 0, 0, 3),
 		rec("b", 0, false, true, gym.ClassSandbox, 0, 4, 10, 4, 3),
 	}
-	overall, per := rollout.Compute(recs, []string{"a", "b", "c"})
+	plans := []rollout.EnvPlan{{ID: "a", Tasks: []string{"a"}}, {ID: "b", Tasks: []string{"b"}}, {ID: "c", Tasks: []string{"c"}}}
+	stats := rollout.Compute(recs, plans)
+	overall, per := stats.Overall, stats.Environments
 	a := per["a"]
 	if a.Episodes != 3 || a.Scored != 2 || a.Successes != 1 || a.SuccessRate != 0.5 || a.MeanReward != 0.75 ||
 		a.TestPassRate != 0.75 || a.MeanDuration != 11 || a.ActionErrorRate != 0.1 || a.PolicyErrors != 1 || a.Masked != 1 {
@@ -138,7 +140,7 @@ func TestCompute(t *testing.T) {
 	// A tampered episode is scored (0), not masked, and counted.
 	tampered := rec("c", 0, false, false, gym.ClassAgent, 0, 0, 3, 0, 2)
 	tampered.EpisodeResult.Tampered = true
-	if c, _ := rollout.Compute([]rollout.Record{tampered}, []string{"c"}); c.Tampered != 1 || c.Scored != 1 || c.Masked != 0 || c.MeanReward != 0 {
+	if c := rollout.Compute([]rollout.Record{tampered}, plans[2:]).Overall; c.Tampered != 1 || c.Scored != 1 || c.Masked != 0 || c.MeanReward != 0 {
 		t.Errorf("tampered episode: %+v", c)
 	}
 	if overall.Episodes != 4 || overall.Scored != 2 || overall.Masked != 2 || overall.PolicyErrors != 1 ||

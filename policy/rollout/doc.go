@@ -2,17 +2,27 @@
 // engine behind `gymserver rollout`.
 //
 // A Runner takes a set of gym.Env (local Docker environments or remote ones
-// through the Go client), the loaded config, one policy per environment and
-// the plugins, and runs episodes in parallel, at most
-// rollout_config.max_parallel_rollouts at a time. Episodes are scheduled
-// round-robin over the environments, so each environment's n-th episode
-// starts before any environment's (n+1)-th, and episode control is decided
-// when a slot frees up, from the episodes finished so far:
+// through the Go client), the loaded config, a policy factory (one policy
+// per task) and the plugins, and runs episodes in parallel, at most
+// rollout_config.max_parallel_rollouts at a time.
 //
-//   - each environment runs episode_control_config.EpisodesFor() episodes;
-//   - stop_on_success stops an environment after its first success;
-//   - min_success_rate stops an environment once at least two of its
-//     episodes finished and its success rate reached the rate;
+// An environment's tasks come from gym.TaskLister when it has it, else
+// from its spec. The run covers those that rollout_config.task_filter
+// matches as "ENV/TASK", sampled down to rollout_config.tasks_per_env
+// (reproducibly, by sample_seed): see SelectTasks and PlanEnv. Each
+// environment runs episode_control_config.EpisodesFor(tasks) episodes,
+// spread round-robin over its tasks, so every task's n-th episode starts
+// before any task's (n+1)-th; a one-task environment runs max_episodes,
+// as seed configs always did. Environments are interleaved the same way:
+// each environment's n-th episode starts before any environment's
+// (n+1)-th. Episode control is decided when a slot frees up, from the
+// episodes finished so far, per task, because a dataset's user stops a
+// task once it is solved, not its neighbours:
+//
+//   - stop_on_success stops a task after its first success;
+//   - min_success_rate stops a task once at least two of its episodes
+//     finished and its success rate reached the rate;
+//   - an environment stops once all its tasks stopped;
 //   - safety_limit caps the episodes started by the whole run;
 //   - a plugin answering stop (performance_based_rollout, or an external
 //     plugin) stops an environment, or the run.

@@ -23,6 +23,7 @@ const closeTimeout = 2 * time.Minute
 type episode struct {
 	r     *Runner
 	env   *envEntry
+	task  *taskEntry
 	index int
 	log   *slog.Logger
 
@@ -58,20 +59,21 @@ type episode struct {
 // errStopped reports that the run was cancelled while the episode ran.
 var errStopped = errors.New("run stopped")
 
-// runEpisode runs episode index of e. It returns the trajectory, or
-// errStopped when the run was cancelled (the session is closed either way).
-func (r *Runner) runEpisode(ctx context.Context, e *envEntry, index int, preData map[string]map[string]any) (*gym.Trajectory, error) {
+// runEpisode runs episode j. It returns the trajectory, or errStopped when
+// the run was cancelled (the session is closed either way).
+func (r *Runner) runEpisode(ctx context.Context, j job, preData map[string]map[string]any) (*gym.Trajectory, error) {
 	ep := &episode{
 		r:     r,
-		env:   e,
-		index: index,
-		log:   r.log.With("env", e.id, "episode", index),
+		env:   j.env,
+		task:  j.task,
+		index: j.index,
+		log:   r.log.With("env", j.env.id, "task_id", j.task.id, "episode", j.index),
 		start: time.Now(),
 		traj: gym.Trajectory{
 			TrajectoryID:  newID(),
-			EnvironmentID: e.id,
-			TaskID:        e.task,
-			Episode:       index,
+			EnvironmentID: j.env.id,
+			TaskID:        j.task.id,
+			Episode:       j.index,
 			Policy:        r.opts.PolicyName,
 			Model:         r.opts.Model,
 			Steps:         []gym.TrajectoryStep{},
@@ -90,7 +92,7 @@ func (r *Runner) runEpisode(ctx context.Context, e *envEntry, index int, preData
 // cancelled; every other failure ends the episode with a classified
 // outcome.
 func (ep *episode) run(ctx context.Context) error {
-	sess, reset, err := ep.env.env.Reset(ctx, gym.ResetRequest{Task: ep.env.task})
+	sess, reset, err := ep.env.env.Reset(ctx, gym.ResetRequest{Task: ep.task.id})
 	if err != nil {
 		if ctx.Err() != nil {
 			return errStopped
@@ -105,7 +107,9 @@ func (ep *episode) run(ctx context.Context) error {
 	}
 	ep.sess, ep.reset = sess, reset
 	ep.traj.SessionID = sess.ID()
-	ep.traj.TaskID = reset.TaskID
+	if reset.TaskID != "" {
+		ep.traj.TaskID = reset.TaskID
+	}
 	ep.traj.Tools = reset.Tools
 	ep.traj.Messages = slices.Clone(reset.Messages)
 	ep.log = ep.log.With("session_id", sess.ID())
@@ -118,7 +122,7 @@ func (ep *episode) run(ctx context.Context) error {
 	if g := time.Duration(reset.Limits.GlobalTimeout); g > 0 {
 		ep.agentDeadline = ep.start.Add(g)
 		var cancel context.CancelFunc
-		hardCtx, cancel = context.WithDeadline(ctx, ep.agentDeadline.Add(ep.env.evalBudget+ep.r.opts.Grace))
+		hardCtx, cancel = context.WithDeadline(ctx, ep.agentDeadline.Add(ep.task.evalBudget+ep.r.opts.Grace))
 		defer cancel()
 	}
 	ep.hardCtx = hardCtx
@@ -178,7 +182,7 @@ func (ep *episode) act(ctx context.Context) (gym.Turn, error) {
 	}
 	ep.turn++
 	start := time.Now()
-	turn, err := ep.env.policy.Act(actCtx, slices.Clip(ep.traj.Messages), ep.reset.Tools)
+	turn, err := ep.task.policy.Act(actCtx, slices.Clip(ep.traj.Messages), ep.reset.Tools)
 	rec := gym.TrajectoryTurn{Turn: ep.turn, MessageIndex: -1, Duration: gym.Duration(time.Since(start))}
 	if err != nil {
 		rec.Error = err.Error()
@@ -475,7 +479,7 @@ func (ep *episode) event(h plugin.Hook, set func(*plugin.Event)) plugin.Event {
 func (ep *episode) absorb(out plugin.Outcome) {
 	ep.pluginData = mergeOutcome(ep.pluginData, out)
 	if out.Stop {
-		ep.r.stopEnv(ep.env.id, "plugin "+out.StoppedBy)
+		ep.r.stopEnv(ep.env, "plugin "+out.StoppedBy)
 	}
 }
 

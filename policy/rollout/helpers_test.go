@@ -102,7 +102,7 @@ func run(t *testing.T, ctx context.Context, s runSpec) (*rollout.Summary, error)
 	}
 	factory := s.factory
 	if factory == nil {
-		factory = func(gym.EnvSpec) (gym.Policy, error) { return s.policy, nil }
+		factory = func(gym.EnvSpec, gym.TaskSpec) (gym.Policy, error) { return s.policy, nil }
 	}
 	set, err := plugin.Load(s.plugins, s.dir, nil)
 	if err != nil {
@@ -147,10 +147,17 @@ func readJSON[T any](t *testing.T, path string) T {
 	return v
 }
 
-// trajectory reads the trajectory of episode i of env in a run.
+// trajectory reads the trajectory of episode i of the one-task env in a
+// run.
 func trajectory(t *testing.T, sum *rollout.Summary, env string, i int) gym.Trajectory {
 	t.Helper()
-	return readJSON[gym.Trajectory](t, filepath.Join(sum.TrajectoryDir, rollout.TrajectoryName(env, i)))
+	return taskTrajectory(t, sum, env, env, i)
+}
+
+// taskTrajectory reads the trajectory of episode i of a task of env.
+func taskTrajectory(t *testing.T, sum *rollout.Summary, env, task string, i int) gym.Trajectory {
+	t.Helper()
+	return readJSON[gym.Trajectory](t, filepath.Join(sum.TrajectoryDir, rollout.TrajectoryName(env, task, i)))
 }
 
 // toolMessages returns the tool messages of a transcript.

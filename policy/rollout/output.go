@@ -26,11 +26,17 @@ func TrajectoryDir(results, dir string) string {
 	return filepath.Join(filepath.Dir(results), dir)
 }
 
-// TrajectoryName is the file name of an episode's trajectory; it depends
-// only on the environment and the episode index, so that a resumed run
-// finds it.
-func TrajectoryName(env string, episode int) string {
-	return fmt.Sprintf("%s-%d.json", env, episode)
+// TrajectoryName is the path of an episode's trajectory inside the
+// trajectory directory; it depends only on the environment, the task and
+// the episode's index among the task's episodes, so that a resumed run
+// finds it. A task named like its environment (the one task of a seed
+// config) keeps the name ENV-N.json; any other is ENV/TASK-N.json, one
+// folder per environment, which no two tasks share since ids hold no '/'.
+func TrajectoryName(env, task string, episode int) string {
+	if task == "" || task == env {
+		return fmt.Sprintf("%s-%d.json", env, episode)
+	}
+	return filepath.Join(env, fmt.Sprintf("%s-%d.json", task, episode))
 }
 
 // WriteJSON writes v as indented JSON to path atomically: to a temporary

@@ -286,7 +286,7 @@ func TestCancelStopsCleanly(t *testing.T) {
 	fast := memEnv("fast")
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
-	factory := func(spec gym.EnvSpec) (gym.Policy, error) {
+	factory := func(spec gym.EnvSpec, _ gym.TaskSpec) (gym.Policy, error) {
 		if spec.ID == "fast" {
 			return turnsPolicy([]gym.ToolCall{write("w", "out.txt", "hello"), done("d")}), nil
 		}

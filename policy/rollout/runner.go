@@ -18,10 +18,11 @@ import (
 	"github.com/gymserver/gymserver/policy/plugin"
 )
 
-// PolicyFactory returns the policy for the episodes of one environment. It
-// is called once per environment, before anything runs; an error stops the
-// run before it starts.
-type PolicyFactory func(spec gym.EnvSpec) (gym.Policy, error)
+// PolicyFactory returns the policy for the episodes of one task of an
+// environment. New calls it once for every task the run covers, before
+// anything runs; an error stops the run before it starts. A factory that
+// serves every task alike may return one shared policy.
+type PolicyFactory func(env gym.EnvSpec, task gym.TaskSpec) (gym.Policy, error)
 
 // Defaults of Options.
 const (
@@ -35,15 +36,22 @@ const (
 	DefaultGrace = time.Minute
 )
 
+// maxFactoryErrors bounds the policy errors New reports: a dataset of
+// 10,000 tasks without references gets the first ones and a count.
+const maxFactoryErrors = 10
+
 // Options configure a Runner.
 type Options struct {
-	// Config is the loaded config: episode control, rollout settings,
-	// timeouts and plugins. Required. Its environments give each env's test
-	// budget; an env the config does not list uses the config's defaults.
+	// Config is the loaded config: episode control, task selection,
+	// rollout settings, timeouts and plugins. Required. Its environments
+	// give each task's test budget; a task the config does not list uses
+	// its environment's, or the config's defaults.
 	Config *config.Config
-	// Envs are the environments to run, in order. Required.
+	// Envs are the environments to run, in order. Required. An env that
+	// implements gym.TaskLister is asked for all its tasks; any other is
+	// run over the tasks its Spec lists.
 	Envs []gym.Env
-	// Policy makes each environment's policy. Required.
+	// Policy makes each task's policy. Required.
 	Policy PolicyFactory
 	// PolicyName and Model are recorded in trajectories and stats.
 	PolicyName string
@@ -77,11 +85,11 @@ type Runner struct {
 	trajDir  string
 	parallel int
 
-	// mu guards the fields below.
+	// mu guards the fields below, and the state of every envEntry and
+	// taskEntry.
 	mu          sync.Mutex
-	records     []Record
+	records     []finishedRecord
 	started     int
-	envState    map[string]*envState
 	runStop     string
 	stopped     int
 	resumed     int
@@ -96,26 +104,48 @@ type Runner struct {
 
 // envEntry is one environment of the run.
 type envEntry struct {
-	env    gym.Env
+	env   gym.Env
+	spec  gym.EnvSpec
+	id    string
+	order int
+	plan  EnvPlan
+	// tasks are the tasks of the plan, in its order.
+	tasks []*taskEntry
+
+	// Episode control state, guarded by Runner.mu.
+	started     int
+	stopped     bool
+	tasksActive int
+}
+
+// taskEntry is one task of an environment in the run.
+type taskEntry struct {
 	id     string
-	task   string
+	order  int
 	policy gym.Policy
 	// evalBudget is the most the evaluation may take.
 	evalBudget time.Duration
+
+	// Episode control state, guarded by Runner.mu.
+	started    int
+	finished   int
+	scored     int
+	successes  int
+	stopReason string
 }
 
-// envState is the episode control state of one environment.
-type envState struct {
-	started   int
-	finished  int
-	scored    int
-	successes int
-	stopped   bool
+// finishedRecord is a finished episode with its place in the schedule.
+type finishedRecord struct {
+	rec Record
+	env int
+	// seq is the episode's position in its environment's schedule.
+	seq int
 }
 
 // Summary is the outcome of a run.
 type Summary struct {
-	// Records are the finished episodes, by environment then episode.
+	// Records are the finished episodes, by environment then by their
+	// place in its schedule (round by round over its tasks).
 	Records []Record
 	Stats   Stats
 	// ResultsPath, StatsPath and TrajectoryDir are where they were written.
@@ -126,7 +156,8 @@ type Summary struct {
 	EnvIDs []string
 }
 
-// New checks opts and makes each environment's policy. It starts nothing.
+// New checks opts, lists each environment's tasks, plans the run and
+// makes each task's policy. It starts nothing.
 func New(opts Options) (*Runner, error) {
 	var errs []error
 	if opts.Config == nil {
@@ -163,13 +194,14 @@ func New(opts Options) (*Runner, error) {
 		statsOut:    StatsPath(opts.ResultsPath),
 		trajDir:     TrajectoryDir(opts.ResultsPath, cfg.Rollout.TrajectoryOutputPath),
 		parallel:    max(1, cfg.Rollout.MaxParallelRollouts),
-		envState:    map[string]*envState{},
 		stopReasons: map[string]string{},
 	}
 	if cfg.Rollout.EnablePlugins {
 		r.plugins = opts.Plugins
 	}
 	seen := map[string]bool{}
+	var plans []EnvPlan
+	policyErrs := 0
 	for _, env := range opts.Envs {
 		spec := env.Spec()
 		if seen[spec.ID] {
@@ -177,23 +209,44 @@ func New(opts Options) (*Runner, error) {
 			continue
 		}
 		seen[spec.ID] = true
-		e := &envEntry{env: env, id: spec.ID}
-		if len(spec.Tasks) > 0 {
-			e.task = spec.Tasks[0].ID
+		tasks := r.listTasks(env, spec)
+		ids := make([]string, len(tasks))
+		byID := make(map[string]gym.TaskSpec, len(tasks))
+		for i, t := range tasks {
+			ids[i] = t.ID
+			byID[t.ID] = t
 		}
-		test, n := cfg.Timeouts.Test, 1
-		if ec, ok := cfg.Environment(spec.ID); ok {
-			test, n = ec.Timeouts.Test, max(1, len(ec.UnitTests))
-		}
-		e.evalBudget = time.Duration(n) * test
-		pol, err := opts.Policy(spec)
+		plan, err := PlanEnv(cfg, spec.ID, ids)
 		if err != nil {
-			errs = append(errs, fmt.Errorf("environment %s: policy: %w", spec.ID, err))
+			errs = append(errs, err)
 			continue
 		}
-		e.policy = pol
+		plans = append(plans, plan)
+		e := &envEntry{env: env, spec: spec, id: spec.ID, order: len(r.envs), plan: plan, tasksActive: len(plan.Tasks)}
+		budgets := budgetsOf(cfg, spec.ID)
+		for i, id := range plan.Tasks {
+			t := &taskEntry{id: id, order: i, evalBudget: budgets(id)}
+			pol, err := opts.Policy(spec, byID[id])
+			if err != nil {
+				if policyErrs++; policyErrs <= maxFactoryErrors {
+					errs = append(errs, fmt.Errorf("environment %s: task %s: policy: %w", spec.ID, id, err))
+				}
+				continue
+			}
+			t.policy = pol
+			e.tasks = append(e.tasks, t)
+		}
+		if n := len(plan.Tasks); n > 1 && cfg.EpisodeControl.EpisodesPerTask == 0 && plan.Episodes < n {
+			log.Warn("max_episodes does not cover every task; set episodes_per_task to run each of them",
+				"env", spec.ID, "episodes", plan.Episodes, "tasks", n)
+		}
 		r.envs = append(r.envs, e)
-		r.envState[spec.ID] = &envState{}
+	}
+	if policyErrs > maxFactoryErrors {
+		errs = append(errs, fmt.Errorf("... and %d more tasks whose policy failed", policyErrs-maxFactoryErrors))
+	}
+	if len(errs) == 0 {
+		errs = append(errs, checkPlans(cfg, plans))
 	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("rollout: %w", err)
@@ -201,31 +254,50 @@ func New(opts Options) (*Runner, error) {
 	return r, nil
 }
 
-// PlanFor returns the plan of a run of cfg over the given environments.
-func PlanFor(cfg *config.Config, envIDs []string, policyName string) plugin.Plan {
-	p := plugin.Plan{SafetyLimit: cfg.EpisodeControl.SafetyLimit, Parallel: cfg.Rollout.MaxParallelRollouts, Policy: policyName}
-	for _, id := range envIDs {
-		p.Environments = append(p.Environments, plugin.PlannedEnv{ID: id, Episodes: cfg.EpisodeControl.EpisodesFor()})
+// listTasks returns the tasks of env: all of them from a gym.TaskLister,
+// else those its spec lists. An environment that lists no task is run
+// with the empty task id, which resets to its first task.
+func (r *Runner) listTasks(env gym.Env, spec gym.EnvSpec) []gym.TaskSpec {
+	tasks := spec.Tasks
+	if l, ok := env.(gym.TaskLister); ok {
+		tasks, _ = l.Tasks(0, -1)
+	} else if spec.TaskCount > len(tasks) {
+		r.log.Warn("the environment lists only some of its tasks; the run covers those",
+			"env", spec.ID, "listed", len(tasks), "tasks", spec.TaskCount)
 	}
-	return p
+	if len(tasks) == 0 {
+		return []gym.TaskSpec{{}}
+	}
+	return tasks
 }
 
-// Total returns the most episodes a plan runs.
-func Total(p plugin.Plan) int {
-	n := 0
-	for _, e := range p.Environments {
-		n += e.Episodes
+// budgetsOf returns a function giving the evaluation budget of a task of
+// env: its test timeout for each of its test commands (at least one).
+func budgetsOf(cfg *config.Config, env string) func(task string) time.Duration {
+	ec, ok := cfg.Environment(env)
+	if !ok {
+		return func(string) time.Duration { return cfg.Timeouts.Test }
 	}
-	if p.SafetyLimit > 0 {
-		n = min(n, p.SafetyLimit)
+	tasks := make(map[string]config.Task, len(ec.Tasks))
+	for _, t := range ec.Tasks {
+		tasks[t.ID] = t
 	}
-	return n
+	return func(id string) time.Duration {
+		test, n := ec.Timeouts.Test, len(ec.UnitTests)
+		if t, ok := tasks[id]; ok {
+			test, n = t.Timeouts.Test, len(t.UnitTests)
+		}
+		return time.Duration(max(1, n)) * test
+	}
 }
 
-// job is one episode to run.
+// job is one episode to run: the index-th episode of a task.
 type job struct {
 	env   *envEntry
+	task  *taskEntry
 	index int
+	// seq is the job's position in its environment's schedule.
+	seq int
 }
 
 // Run runs the episodes and writes the outputs. Cancelling ctx stops the
@@ -234,8 +306,7 @@ type job struct {
 // is a failure to write the outputs.
 func (r *Runner) Run(ctx context.Context) (*Summary, error) {
 	start := time.Now()
-	ids := r.envIDs()
-	plan := PlanFor(r.cfg, ids, r.opts.PolicyName)
+	plan := PlanFor(r.cfg, r.plans(), r.opts.PolicyName)
 	runData := map[string]map[string]any{}
 	if r.plugins.Wants(plugin.PreRollout) {
 		out := r.plugins.Fire(ctx, plugin.Event{Hook: plugin.PreRollout, Plan: &plan})
@@ -245,9 +316,13 @@ func (r *Runner) Run(ctx context.Context) (*Summary, error) {
 		}
 	}
 	if r.opts.Progress != nil {
-		r.progress = newProgress(r.opts.Progress, Total(plan))
+		tasks := 0
+		for _, e := range r.envs {
+			tasks += len(e.tasks)
+		}
+		r.progress = newProgress(r.opts.Progress, Total(plan), tasks, tasks > len(r.envs))
 	}
-	r.log.Info("rollout started", "environments", len(ids), "episodes", Total(plan), "parallel", r.parallel,
+	r.log.Info("rollout started", "environments", len(r.envs), "episodes", Total(plan), "parallel", r.parallel,
 		"policy", r.opts.PolicyName, "trajectories", r.trajDir)
 
 	g := new(errgroup.Group)
@@ -256,7 +331,7 @@ func (r *Runner) Run(ctx context.Context) (*Summary, error) {
 		if ctx.Err() != nil || r.runStopped() {
 			break
 		}
-		if r.envStopped(j.env.id) {
+		if r.jobStopped(j) {
 			continue
 		}
 		g.Go(func() error {
@@ -285,13 +360,37 @@ func (r *Runner) Run(ctx context.Context) (*Summary, error) {
 	return sum, ctx.Err()
 }
 
-// jobs lists the episodes round-robin over the environments.
+// plans returns the plan of every environment, in order.
+func (r *Runner) plans() []EnvPlan {
+	ps := make([]EnvPlan, len(r.envs))
+	for i, e := range r.envs {
+		ps[i] = e.plan
+	}
+	return ps
+}
+
+// jobs lists the episodes round-robin over the environments: each
+// environment's n-th episode comes before any environment's (n+1)-th, and
+// within an environment, round by round over its tasks.
 func (r *Runner) jobs() []job {
-	n := r.cfg.EpisodeControl.EpisodesFor()
+	per := make([][]job, len(r.envs))
+	longest := 0
+	for i, e := range r.envs {
+		byOrder := make(map[int]*taskEntry, len(e.tasks))
+		for _, t := range e.tasks {
+			byOrder[t.order] = t
+		}
+		for seq, s := range e.plan.slots() {
+			per[i] = append(per[i], job{env: e, task: byOrder[s.task], index: s.index, seq: seq})
+		}
+		longest = max(longest, len(per[i]))
+	}
 	var js []job
-	for i := 0; i < n; i++ {
-		for _, e := range r.envs {
-			js = append(js, job{env: e, index: i})
+	for n := 0; n < longest; n++ {
+		for _, p := range per {
+			if n < len(p) {
+				js = append(js, p[n])
+			}
 		}
 	}
 	return js
@@ -311,22 +410,24 @@ func (r *Runner) runJob(ctx context.Context, j job) {
 		// The slot came free after the run was stopped.
 		return
 	}
-	name := TrajectoryName(j.env.id, j.index)
+	name := TrajectoryName(j.env.id, j.task.id, j.index)
 	path := filepath.Join(r.trajDir, name)
+	log := r.log.With("env", j.env.id, "task_id", j.task.id, "episode", j.index)
 	if r.cfg.Rollout.StatePersistenceEnabled {
 		t, ok, err := readTrajectory(path)
 		if err != nil {
-			r.log.Warn("existing trajectory unreadable; running the episode again", "env", j.env.id, "episode", j.index, "err", err)
+			log.Warn("existing trajectory unreadable; running the episode again", "err", err)
 		}
 		if ok {
 			rec := recordOf(t, r.relative(path))
 			rec.Resumed = true
 			r.mu.Lock()
 			r.started++
-			r.envState[j.env.id].started++
+			j.env.started++
+			j.task.started++
 			r.resumed++
 			r.mu.Unlock()
-			r.finished(rec)
+			r.finished(j, rec)
 			return
 		}
 	}
@@ -335,32 +436,32 @@ func (r *Runner) runJob(ctx context.Context, j job) {
 	}
 	var preData map[string]map[string]any
 	if r.plugins.Wants(plugin.PreEpisode) {
-		out := r.plugins.Fire(ctx, plugin.Event{Hook: plugin.PreEpisode, Env: j.env.id, Task: j.env.task, Episode: j.index})
+		out := r.plugins.Fire(ctx, plugin.Event{Hook: plugin.PreEpisode, Env: j.env.id, Task: j.task.id, Episode: j.index})
 		preData = mergeOutcome(nil, out)
 		if out.Stop {
-			r.stopEnv(j.env.id, "plugin "+out.StoppedBy)
+			r.stopEnv(j.env, "plugin "+out.StoppedBy)
 			r.unbegin(j)
 			return
 		}
 	}
-	t, err := r.runEpisode(ctx, j.env, j.index, preData)
+	t, err := r.runEpisode(ctx, j, preData)
 	if err != nil {
 		r.mu.Lock()
 		r.stopped++
 		r.mu.Unlock()
-		r.log.Info("episode stopped", "env", j.env.id, "episode", j.index)
+		log.Info("episode stopped")
 		return
 	}
 	if err := WriteJSON(path, t); err != nil {
-		r.log.Error("write trajectory", "env", j.env.id, "episode", j.index, "err", err)
+		log.Error("write trajectory", "err", err)
 		r.mu.Lock()
 		r.writeErr = errors.Join(r.writeErr, err)
 		r.mu.Unlock()
 	}
 	er := t.EpisodeResult
-	r.log.Info("episode finished", "env", j.env.id, "episode", j.index, "reward", er.FinalScore, "success", er.Success,
+	log.Info("episode finished", "reward", er.FinalScore, "success", er.Success,
 		"reason", er.TerminatedReason, "error_class", er.ErrorClass, "actions", er.Actions, "duration", time.Duration(er.DurationSeconds*float64(time.Second)).Round(time.Millisecond))
-	r.finished(recordOf(t, r.relative(path)))
+	r.finished(j, recordOf(t, r.relative(path)))
 }
 
 // relative returns path relative to the results file's directory when it
@@ -377,8 +478,7 @@ func (r *Runner) relative(path string) string {
 func (r *Runner) begin(j job) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	st := r.envState[j.env.id]
-	if r.runStop != "" || st.stopped {
+	if r.runStop != "" || j.env.stopped || j.task.stopReason != "" {
 		return false
 	}
 	if limit := r.cfg.EpisodeControl.SafetyLimit; limit > 0 && r.started >= limit {
@@ -388,7 +488,8 @@ func (r *Runner) begin(j job) bool {
 		return false
 	}
 	r.started++
-	st.started++
+	j.env.started++
+	j.task.started++
 	return true
 }
 
@@ -397,21 +498,23 @@ func (r *Runner) unbegin(j job) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.started--
-	r.envState[j.env.id].started--
+	j.env.started--
+	j.task.started--
 }
 
-// finished records a finished episode, applies episode control, and
-// rewrites the results file every save_trajectory_interval episodes.
-func (r *Runner) finished(rec Record) {
+// finished records a finished episode, applies episode control to its
+// task, and rewrites the results file every save_trajectory_interval
+// episodes.
+func (r *Runner) finished(j job, rec Record) {
 	r.mu.Lock()
-	r.records = append(r.records, rec)
-	st := r.envState[rec.EnvironmentID]
-	st.finished++
+	r.records = append(r.records, finishedRecord{rec: rec, env: j.env.order, seq: j.seq})
+	t := j.task
+	t.finished++
 	er := rec.EpisodeResult
 	if !er.Mask {
-		st.scored++
+		t.scored++
 		if er.Success {
-			st.successes++
+			t.successes++
 		}
 	}
 	ec := r.cfg.EpisodeControl
@@ -419,9 +522,12 @@ func (r *Runner) finished(rec Record) {
 	switch {
 	case ec.StopOnSuccess && er.Success:
 		stop = "stop_on_success"
-	case ec.MinSuccessRate != nil && st.finished >= 2 && st.scored > 0 &&
-		float64(st.successes)/float64(st.scored) >= *ec.MinSuccessRate:
+	case ec.MinSuccessRate != nil && t.finished >= 2 && t.scored > 0 &&
+		float64(t.successes)/float64(t.scored) >= *ec.MinSuccessRate:
 		stop = fmt.Sprintf("min_success_rate %.2f reached", *ec.MinSuccessRate)
+	}
+	if stop != "" {
+		r.stopTaskLocked(j.env, t, stop)
 	}
 	r.unsaved++
 	save := r.unsaved >= r.cfg.Rollout.SaveTrajectoryInterval
@@ -429,12 +535,9 @@ func (r *Runner) finished(rec Record) {
 		r.unsaved = 0
 	}
 	if r.progress != nil {
-		r.progress.add(rec)
+		r.progress.add(rec, taskKey(j.env.id, t.id))
 	}
 	r.mu.Unlock()
-	if stop != "" {
-		r.stopEnv(rec.EnvironmentID, stop)
-	}
 	if save {
 		if err := r.save(); err != nil {
 			r.log.Error("write results", "err", err)
@@ -442,17 +545,43 @@ func (r *Runner) finished(rec Record) {
 	}
 }
 
-// stopEnv stops scheduling episodes of env; the first reason is kept.
-func (r *Runner) stopEnv(env, reason string) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	st, ok := r.envState[env]
-	if !ok || st.stopped {
+// stopTaskLocked stops scheduling episodes of task t of e; the first
+// reason is kept. Once every task of e stopped, e stops too, with their
+// reason when they share one. r.mu must be held.
+func (r *Runner) stopTaskLocked(e *envEntry, t *taskEntry, reason string) {
+	if t.stopReason != "" {
 		return
 	}
-	st.stopped = true
-	r.stopReasons[env] = reason
-	r.log.Info("environment stopped", "env", env, "reason", reason)
+	t.stopReason = reason
+	e.tasksActive--
+	r.log.Debug("task stopped", "env", e.id, "task_id", t.id, "reason", reason)
+	if e.tasksActive > 0 || e.stopped {
+		return
+	}
+	envReason := reason
+	for _, o := range e.tasks {
+		if o.stopReason != reason {
+			envReason = "every task stopped early"
+			break
+		}
+	}
+	r.stopEnvLocked(e, envReason)
+}
+
+// stopEnv stops scheduling episodes of env; the first reason is kept.
+func (r *Runner) stopEnv(e *envEntry, reason string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.stopEnvLocked(e, reason)
+}
+
+func (r *Runner) stopEnvLocked(e *envEntry, reason string) {
+	if e.stopped {
+		return
+	}
+	e.stopped = true
+	r.stopReasons[e.id] = reason
+	r.log.Info("environment stopped", "env", e.id, "reason", reason)
 }
 
 // stopRun stops scheduling episodes altogether.
@@ -472,29 +601,28 @@ func (r *Runner) runStopped() bool {
 	return r.runStop != ""
 }
 
-func (r *Runner) envStopped(env string) bool {
+// jobStopped reports whether j's environment or task stopped.
+func (r *Runner) jobStopped(j job) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.envState[env].stopped
+	return j.env.stopped || j.task.stopReason != ""
 }
 
-// sortedRecords returns the records by environment order, then episode.
+// sortedRecords returns the records by environment order, then by their
+// place in the environment's schedule.
 func (r *Runner) sortedRecords() []Record {
 	r.mu.Lock()
-	recs := slices.Clone(r.records)
+	fs := slices.Clone(r.records)
 	r.mu.Unlock()
-	order := map[string]int{}
-	for i, e := range r.envs {
-		order[e.id] = i
-	}
-	slices.SortStableFunc(recs, func(a, b Record) int {
-		if d := order[a.EnvironmentID] - order[b.EnvironmentID]; d != 0 {
+	slices.SortStableFunc(fs, func(a, b finishedRecord) int {
+		if d := a.env - b.env; d != 0 {
 			return d
 		}
-		return a.Episode - b.Episode
+		return a.seq - b.seq
 	})
-	if recs == nil {
-		recs = []Record{}
+	recs := make([]Record, len(fs))
+	for i, f := range fs {
+		recs[i] = f.rec
 	}
 	return recs
 }
@@ -509,22 +637,28 @@ func (r *Runner) save() error {
 // summary computes the stats and fires post_rollout.
 func (r *Runner) summary(ctx context.Context, start time.Time, runData map[string]map[string]any) *Summary {
 	recs := r.sortedRecords()
-	ids := r.envIDs()
-	overall, perEnv := Compute(recs, ids)
+	stats := Compute(recs, r.plans())
 	r.mu.Lock()
-	stats := Stats{
-		Overall:      overall,
-		Environments: perEnv,
-		Run: RunInfo{
-			Policy:          r.opts.PolicyName,
-			Model:           r.opts.Model,
-			StartTime:       start,
-			EndTime:         time.Now(),
-			DurationSeconds: time.Since(start).Seconds(),
-			Interrupted:     ctx.Err() != nil,
-			Stopped:         r.stopped,
-			Resumed:         r.resumed,
-		},
+	for _, e := range r.envs {
+		for _, t := range e.tasks {
+			if t.stopReason == "" {
+				continue
+			}
+			k := taskKey(e.id, t.id)
+			ts := stats.Tasks[k]
+			ts.StopReason = t.stopReason
+			stats.Tasks[k] = ts
+		}
+	}
+	stats.Run = RunInfo{
+		Policy:          r.opts.PolicyName,
+		Model:           r.opts.Model,
+		StartTime:       start,
+		EndTime:         time.Now(),
+		DurationSeconds: time.Since(start).Seconds(),
+		Interrupted:     ctx.Err() != nil,
+		Stopped:         r.stopped,
+		Resumed:         r.resumed,
 	}
 	if len(r.stopReasons) > 0 {
 		stats.Run.StopReasons = make(map[string]string, len(r.stopReasons))
@@ -550,6 +684,6 @@ func (r *Runner) summary(ctx context.Context, start time.Time, runData map[strin
 		ResultsPath:   r.results,
 		StatsPath:     r.statsOut,
 		TrajectoryDir: r.trajDir,
-		EnvIDs:        ids,
+		EnvIDs:        r.envIDs(),
 	}
 }

@@ -12,7 +12,8 @@ type Record struct {
 	TrajectoryID  string `json:"trajectory_id"`
 	EnvironmentID string `json:"environment_id"`
 	TaskID        string `json:"task_id"`
-	// Episode is the 0-based index of the episode in its environment.
+	// Episode is the 0-based index of the episode among its task's
+	// episodes (for a one-task environment, among its environment's).
 	Episode   int    `json:"episode"`
 	SessionID string `json:"session_id,omitempty"`
 	// TrajectoryFile is the trajectory's path, relative to the results
@@ -29,11 +30,13 @@ type Record struct {
 	Resumed bool `json:"resumed,omitempty"`
 }
 
-// Stats is the stats file: aggregates over the whole run and per
-// environment.
+// Stats is the stats file: aggregates over the whole run, per environment
+// and per task.
 type Stats struct {
 	Overall      Aggregate            `json:"overall"`
 	Environments map[string]Aggregate `json:"environments"`
+	// Tasks has an entry for every task the run covered, by "ENV/TASK".
+	Tasks map[string]TaskStats `json:"tasks"`
 	// Plugins has each enabled plugin's call counts and rollout-level data.
 	Plugins map[string]PluginStats `json:"plugins,omitempty"`
 	Run     RunInfo                `json:"run"`
@@ -55,7 +58,9 @@ type RunInfo struct {
 	// Resumed counts the episodes read back from an earlier run.
 	Resumed int `json:"resumed"`
 	// StopReasons says why environments (or the run) stopped early, by
-	// environment id ("*" for the whole run).
+	// environment id ("*" for the whole run). An environment whose tasks
+	// all stopped (stop_on_success, min_success_rate) is listed with their
+	// reason; each task's own reason is in its TaskStats.
 	StopReasons map[string]string `json:"stop_reasons,omitempty"`
 }
 
@@ -69,7 +74,11 @@ type PluginStats struct {
 // Aggregate summarises a set of episodes. Rates over rewards and tests are
 // taken over scored episodes: those not masked as infrastructure failures.
 type Aggregate struct {
-	Episodes int `json:"episodes"`
+	// Tasks counts the tasks the run covered; TasksSolved those with at
+	// least one success.
+	Tasks       int `json:"tasks"`
+	TasksSolved int `json:"tasks_solved"`
+	Episodes    int `json:"episodes"`
 	// Scored counts the episodes that are not masked.
 	Scored    int `json:"scored"`
 	Successes int `json:"successes"`
@@ -166,23 +175,87 @@ func div(a float64, b int) float64 {
 	return a / float64(b)
 }
 
-// Compute aggregates records overall and per environment. Every id in envs
-// gets an entry, even with no episodes.
-func Compute(records []Record, envs []string) (overall Aggregate, perEnv map[string]Aggregate) {
-	perEnv = make(map[string]Aggregate, len(envs))
-	for _, id := range envs {
-		perEnv[id] = Aggregate{}
+// TaskStats summarise the episodes of one task.
+type TaskStats struct {
+	EnvironmentID string `json:"environment_id"`
+	TaskID        string `json:"task_id"`
+	Episodes      int    `json:"episodes"`
+	Scored        int    `json:"scored"`
+	Successes     int    `json:"successes"`
+	// SuccessRate, MeanReward and TestPassRate are over scored episodes,
+	// as in Aggregate.
+	SuccessRate  float64 `json:"success_rate"`
+	MeanReward   float64 `json:"mean_reward"`
+	TestsPassed  int     `json:"tests_passed"`
+	TestsTotal   int     `json:"tests_total"`
+	TestPassRate float64 `json:"test_pass_rate"`
+	// Errors counts episodes with an error class; Masked those masked as
+	// infrastructure failures; Tampered those whose test run was forged.
+	Errors   int `json:"errors"`
+	Masked   int `json:"masked"`
+	Tampered int `json:"tampered"`
+	// StopReason says why the task stopped early, if it did.
+	StopReason string `json:"stop_reason,omitempty"`
+}
+
+// taskStatsOf projects the aggregate of one task's episodes.
+func taskStatsOf(env, task string, a Aggregate) TaskStats {
+	errs := 0
+	for _, n := range a.ErrorClasses {
+		errs += n
+	}
+	return TaskStats{
+		EnvironmentID: env, TaskID: task,
+		Episodes: a.Episodes, Scored: a.Scored, Successes: a.Successes,
+		SuccessRate: a.SuccessRate, MeanReward: a.MeanReward,
+		TestsPassed: a.TestsPassed, TestsTotal: a.TestsTotal, TestPassRate: a.TestPassRate,
+		Errors: errs, Masked: a.Masked, Tampered: a.Tampered,
+	}
+}
+
+// taskKey is the key of a task in Stats.Tasks.
+func taskKey(env, task string) string { return env + "/" + task }
+
+// Compute aggregates records overall, per environment and per task of the
+// planned environments. Every planned environment and task gets an entry,
+// even with no episodes; a record of a task not in the plans counts
+// towards its environment and the whole run only.
+func Compute(records []Record, envs []EnvPlan) Stats {
+	s := Stats{Environments: make(map[string]Aggregate, len(envs)), Tasks: map[string]TaskStats{}}
+	tasks := map[string]*Aggregate{}
+	for _, e := range envs {
+		s.Environments[e.ID] = Aggregate{Tasks: len(e.Tasks)}
+		s.Overall.Tasks += len(e.Tasks)
+		for _, t := range e.Tasks {
+			tasks[taskKey(e.ID, t)] = &Aggregate{}
+		}
 	}
 	for _, r := range records {
-		overall.add(r)
-		a := perEnv[r.EnvironmentID]
+		s.Overall.add(r)
+		a := s.Environments[r.EnvironmentID]
 		a.add(r)
-		perEnv[r.EnvironmentID] = a
+		s.Environments[r.EnvironmentID] = a
+		if ta, ok := tasks[taskKey(r.EnvironmentID, r.TaskID)]; ok {
+			ta.add(r)
+		}
 	}
-	overall.finish()
-	for id, a := range perEnv {
+	for _, e := range envs {
+		a := s.Environments[e.ID]
+		for _, t := range e.Tasks {
+			ta := tasks[taskKey(e.ID, t)]
+			ta.finish()
+			if ta.Successes > 0 {
+				a.TasksSolved++
+				s.Overall.TasksSolved++
+			}
+			s.Tasks[taskKey(e.ID, t)] = taskStatsOf(e.ID, t, *ta)
+		}
+		s.Environments[e.ID] = a
+	}
+	s.Overall.finish()
+	for id, a := range s.Environments {
 		a.finish()
-		perEnv[id] = a
+		s.Environments[id] = a
 	}
-	return overall, perEnv
+	return s
 }
