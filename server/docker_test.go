@@ -84,7 +84,7 @@ func TestDockerReferenceEpisode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	calls, err := envs.ReferenceCalls(ec)
+	calls, err := envs.ReferenceCalls(ec.Tasks[0])
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -159,7 +159,7 @@ func TestDockerSnapshotFork(t *testing.T) {
 	ts, ec := startDockerServer(t)
 	c := dial(t, ts, gymclient.Options{})
 	ctx := t.Context()
-	calls, err := envs.ReferenceCalls(ec)
+	calls, err := envs.ReferenceCalls(ec.Tasks[0])
 	if err != nil {
 		t.Fatal(err)
 	}

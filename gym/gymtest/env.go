@@ -87,9 +87,9 @@ func (e *Env) SetForkHook(hook func(ctx context.Context, snapshotID string) erro
 	return e
 }
 
-// Spec describes the environment.
+// Spec describes the environment and all its tasks.
 func (e *Env) Spec() gym.EnvSpec {
-	spec := gym.EnvSpec{ID: e.id, Description: "in-memory test environment", Tools: gym.StandardTools()}
+	spec := gym.EnvSpec{ID: e.id, Description: "in-memory test environment", TaskCount: len(e.tasks), Tools: gym.StandardTools()}
 	for _, t := range e.tasks {
 		spec.Tasks = append(spec.Tasks, gym.TaskSpec{ID: t.ID, Prompt: t.Prompt, TestCommands: 1})
 	}
