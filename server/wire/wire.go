@@ -35,7 +35,7 @@ const (
 
 // Ops returns the ops of version 1, in the order PROTOCOL.md lists them.
 func Ops() []string {
-	return []string{OpHello, OpEnvs, OpTasks, OpReset, OpStep, OpEvaluate, OpClose, OpSnapshot, OpFork, OpDropSnapshot}
+	return []string{OpHello, OpEnvs, OpReset, OpStep, OpEvaluate, OpClose, OpSnapshot, OpFork, OpDropSnapshot, OpTasks}
 }
 
 // SnapshotOps returns the ops that exist only with CapSnapshot.
