@@ -86,7 +86,9 @@ type Snapshot struct {
 
 // ResetRequest selects the task of a new episode.
 type ResetRequest struct {
-	// Task is the task id; empty selects the environment's first task.
+	// Task is the task id. Empty lets Seed pick the task (the same seed
+	// picks the same task of the same task list; PROTOCOL.md §4.3), or
+	// without a seed picks one at random.
 	Task string `json:"task,omitempty"`
 	// Seed makes task sampling and any randomness reproducible.
 	Seed *int64 `json:"seed,omitempty"`

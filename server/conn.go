@@ -240,6 +240,8 @@ func (c *conn) dispatch(frame []byte) {
 		c.reply(req.ID, h, nil)
 	case wire.OpEnvs:
 		c.reply(req.ID, wire.EnvsResult{Envs: c.srv.envSpecs()}, nil)
+	case wire.OpTasks:
+		c.tasks(req)
 	case wire.OpReset:
 		if c.srv.draining.Load() {
 			c.reply(req.ID, nil, errDraining())
@@ -537,7 +539,7 @@ func (c *conn) reset(req wire.Request) {
 		return
 	}
 	start := time.Now()
-	gs, r, err := env.Reset(c.ctx, gym.ResetRequest{Task: req.Task, Seed: req.Seed, Options: jsonOptions(req.Options)})
+	gs, r, err := env.Reset(c.ctx, gym.ResetRequest{Task: req.Task, Seed: req.Seed, Options: wire.JSONMap(req.Options)})
 	c.srv.resets.Release(1)
 	if err != nil {
 		c.reply(req.ID, nil, fmt.Errorf("reset %s: %w", req.Env, err))
@@ -703,62 +705,4 @@ func (c *conn) closeSession(req wire.Request) {
 		return
 	}
 	c.reply(req.ID, wire.FromResult(res), nil)
-}
-
-// jsonOptions converts msgpack-decoded options to the values encoding/json
-// would produce (float64 numbers, strings for bytes), which is what
-// environments expect.
-func jsonOptions(m map[string]any) map[string]any {
-	if m == nil {
-		return nil
-	}
-	out := make(map[string]any, len(m))
-	for k, v := range m {
-		out[k] = jsonValue(v)
-	}
-	return out
-}
-
-func jsonValue(v any) any {
-	switch x := v.(type) {
-	case int8:
-		return float64(x)
-	case int16:
-		return float64(x)
-	case int32:
-		return float64(x)
-	case int64:
-		return float64(x)
-	case int:
-		return float64(x)
-	case uint8:
-		return float64(x)
-	case uint16:
-		return float64(x)
-	case uint32:
-		return float64(x)
-	case uint64:
-		return float64(x)
-	case uint:
-		return float64(x)
-	case float32:
-		return float64(x)
-	case []byte:
-		return string(x)
-	case []any:
-		out := make([]any, len(x))
-		for i, e := range x {
-			out[i] = jsonValue(e)
-		}
-		return out
-	case map[string]any:
-		return jsonOptions(x)
-	case map[any]any:
-		out := make(map[string]any, len(x))
-		for k, e := range x {
-			out[fmt.Sprint(k)] = jsonValue(e)
-		}
-		return out
-	}
-	return v
 }

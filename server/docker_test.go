@@ -3,6 +3,7 @@ package server_test
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -17,6 +18,8 @@ import (
 	"time"
 
 	"github.com/gymserver/gymserver/envs/docker/dockertest"
+
+	"github.com/google/go-cmp/cmp"
 
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/filters"
@@ -411,4 +414,112 @@ func BenchmarkDockerStep(b *testing.B) {
 	b.ReportMetric(float64(bp50.Microseconds()), "docker-exec-p50-µs")
 	b.Logf("echo hi, %d steps: gymserver (Go client -> server -> executor) p50 %s p99 %s | plain Docker API exec p50 %s p99 %s",
 		b.N, p50, ours.quantile(0.99), bp50, base.quantile(0.99))
+}
+
+// manyTasksConfig is a config of one environment with four inline tasks.
+const manyTasksConfig = `{
+  "environments": [{
+    "id": "many",
+    "docker_image": "gymserver/python:3.11-bookworm",
+    "unit_tests": ["python3 -m pytest -q tests/"],
+    "tasks": [%s]
+  }]
+}`
+
+// manyTask is one inline task of manyTasksConfig: op(a, b) in op.py.
+func manyTask(id, op string) string {
+	return fmt.Sprintf(`{
+      "id": %q,
+      "prompt": "Make %s(a, b) in %s.py return a %s b.",
+      "files": {"%s.py": "def %s(a, b):\n    raise NotImplementedError\n"},
+      "hidden_files": {"tests/test_%s.py": "from %s import %s\n\ndef test_it():\n    assert %s(6, 3) == 6 %s 3\n"},
+      "reference_solution": {"contents": {"%s.py": "def %s(a, b):\n    return a %s b\n"}},
+      "metadata": {"op": %q, "level": 2}
+    }`, id, id, id, op, id, id, id, id, id, id, op, id, id, op, op)
+}
+
+// TestDockerManyTasks is the real-Docker twin of the tasks tests: task
+// listing and task choice by id and by seed, through the Go client.
+func TestDockerManyTasks(t *testing.T) {
+	p := dockerProvider(t)
+	dir := t.TempDir()
+	ids := []string{"add", "sub", "mul", "floordiv"}
+	ops := []string{"+", "-", "*", "//"}
+	var tasks []string
+	for i, id := range ids {
+		tasks = append(tasks, manyTask(id, ops[i]))
+	}
+	path := filepath.Join(dir, "config.json")
+	if err := os.WriteFile(path, []byte(fmt.Sprintf(manyTasksConfig, strings.Join(tasks, ","))), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := config.Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg, err := envs.NewRegistry(context.Background(), cfg, envs.Options{Provider: p})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := startServer(t, server.Options{Registry: reg}, nil)
+	c := dial(t, ts, gymclient.Options{})
+	ctx := t.Context()
+
+	env, err := c.Env(ctx, "many")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if spec := env.Spec(); spec.TaskCount != 4 || len(spec.Tasks) != 4 || spec.Tasks[3].Metadata["level"] != float64(2) {
+		t.Fatalf("spec: task_count %d, tasks %+v", spec.TaskCount, spec.Tasks)
+	}
+	page, total, err := c.Tasks(ctx, "many", 1, 2)
+	if err != nil || total != 4 || !cmp.Equal(taskIDs(page), ids[1:3]) || page[0].Metadata["op"] != "-" || !page[0].HasReference {
+		t.Fatalf("tasks 1+2: %+v, total %d, %v", page, total, err)
+	}
+	if page, total, err := c.Tasks(ctx, "many", 4, 10); err != nil || total != 4 || len(page) != 0 {
+		t.Errorf("tasks past the end: %+v, total %d, %v", page, total, err)
+	}
+	all, total := env.Tasks(0, -1)
+	if total != 4 || !cmp.Equal(taskIDs(all), ids) {
+		t.Fatalf("Env.Tasks(0, -1) = %v, %d", taskIDs(all), total)
+	}
+
+	reset := func(req gym.ResetRequest) gym.Reset {
+		t.Helper()
+		s, r, err := env.Reset(ctx, req)
+		if err != nil {
+			t.Fatalf("reset %+v: %v", req, err)
+		}
+		t.Cleanup(func() { s.Close(context.Background()) })
+		return r
+	}
+	// By id: that task's prompt, and its starter file in the sandbox.
+	r := reset(gym.ResetRequest{Task: "mul"})
+	if r.TaskID != "mul" || r.Prompt != all[2].Prompt {
+		t.Errorf("reset mul: task %q prompt %q", r.TaskID, r.Prompt)
+	}
+	s, _, err := c.Reset(ctx, "many", gym.ResetRequest{Task: "sub"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := s.Step(ctx, gym.Action{ToolCalls: []gym.ToolCall{tc("c", gym.ToolExecuteCommand, `{"command":"cat sub.py"}`)}})
+	if err != nil || !strings.Contains(res.Observation.Text, "def sub(a, b)") {
+		t.Errorf("starter file of sub: %q %v", res.Observation.Text, err)
+	}
+	if _, err := s.Close(ctx); err != nil {
+		t.Error(err)
+	}
+	// By seed: the same task twice, tasks[SeedIndex(seed, n)].
+	for _, seed := range []int64{0, 42, -7} {
+		want := ids[envs.SeedIndex(seed, len(ids))]
+		for range 2 {
+			if r := reset(gym.ResetRequest{Seed: &seed}); r.TaskID != want {
+				t.Errorf("reset with seed %d: task %q, want %q", seed, r.TaskID, want)
+			}
+		}
+	}
+	var ce *gymclient.Error
+	if _, _, err := env.Reset(ctx, gym.ResetRequest{Task: "nope"}); !errors.As(err, &ce) || ce.Code != gym.ClassNotFound {
+		t.Errorf("reset of an unknown task: %v, want not_found", err)
+	}
 }

@@ -260,7 +260,8 @@ func New(o Options) (*Server, error) {
 	return s, nil
 }
 
-// Handler returns the HTTP handler: /v1/ws, /v1/envs, /healthz, /metrics.
+// Handler returns the HTTP handler: /v1/ws, /v1/envs,
+// /v1/envs/{id}/tasks, /healthz, /metrics.
 func (s *Server) Handler() http.Handler {
 	r := chi.NewRouter()
 	r.Get("/healthz", s.healthz)
@@ -268,6 +269,7 @@ func (s *Server) Handler() http.Handler {
 	r.Group(func(r chi.Router) {
 		r.Use(s.authenticate)
 		r.Get("/v1/envs", s.envsJSON)
+		r.Get("/v1/envs/{id}/tasks", s.tasksJSON)
 		r.Get(wire.Path, s.upgrade)
 	})
 	return r
@@ -295,12 +297,12 @@ func forkers(reg Registry) map[string]gym.Forker {
 }
 
 // envSpecs returns the environments' specs in wire form, with their
-// snapshot support.
+// snapshot support and at most wire.EnvsTasks tasks each.
 func (s *Server) envSpecs() []wire.EnvSpec {
 	specs := s.opts.Registry.Specs()
 	out := make([]wire.EnvSpec, len(specs))
 	for i, spec := range specs {
-		out[i] = wire.FromEnvSpec(spec)
+		out[i] = wire.FromEnvSpec(envsSpec(spec))
 		_, out[i].Snapshot = s.forkers[spec.ID]
 	}
 	return out
@@ -316,7 +318,7 @@ func (s *Server) envsJSON(w http.ResponseWriter, _ *http.Request) {
 	out := make([]envJSON, len(specs))
 	for i, spec := range specs {
 		_, ok := s.forkers[spec.ID]
-		out[i] = envJSON{EnvSpec: spec, Snapshot: ok}
+		out[i] = envJSON{EnvSpec: envsSpec(spec), Snapshot: ok}
 	}
 	w.Header().Set("Content-Type", "application/json")
 	json.NewEncoder(w).Encode(struct {

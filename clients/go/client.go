@@ -384,6 +384,21 @@ func (c *Client) Env(ctx context.Context, id string) (*Env, error) {
 	return nil, fmt.Errorf("environment %q: %w", id, gym.ErrNotFound)
 }
 
+// Tasks returns one page of env's tasks: up to limit of them (0 means
+// the server's default of 100; at most 1000) from offset, and the number
+// of tasks the environment has. A page may hold fewer than limit tasks
+// even before the end (the server keeps responses under its frame limit);
+// the next page starts at offset+len(tasks). Errors: gym.ErrNotFound for
+// an unknown environment, gym.ErrInvalidArgument for an offset or limit
+// out of range.
+func (c *Client) Tasks(ctx context.Context, env string, offset, limit int) ([]gym.TaskSpec, int, error) {
+	var res wire.TasksResult
+	if err := c.Do(ctx, wire.Request{Op: wire.OpTasks, Env: env, Offset: offset, Limit: limit}, &res); err != nil {
+		return nil, 0, fmt.Errorf("env %s: %w", env, err)
+	}
+	return wire.ToTaskSpecs(res.Tasks), res.Total, nil
+}
+
 // Reset starts an episode of env in a new remote session.
 func (c *Client) Reset(ctx context.Context, env string, req gym.ResetRequest) (*Session, gym.Reset, error) {
 	var res wire.ResetResult
@@ -427,21 +442,75 @@ func (c *Client) DropSnapshot(ctx context.Context, snapshotID string) error {
 	return nil
 }
 
-// Env is a remote environment; it implements gym.Env and gym.Forker (the
-// server says whether the environment supports snapshots: see
-// wire.EnvSpec.Snapshot and the hello capability "snapshot").
+// Env is a remote environment; it implements gym.Env, gym.TaskLister and
+// gym.Forker (the server says whether the environment supports snapshots:
+// see wire.EnvSpec.Snapshot and the hello capability "snapshot").
 type Env struct {
 	c    *Client
 	spec gym.EnvSpec
 }
 
 var (
-	_ gym.Env    = (*Env)(nil)
-	_ gym.Forker = (*Env)(nil)
+	_ gym.Env        = (*Env)(nil)
+	_ gym.TaskLister = (*Env)(nil)
+	_ gym.Forker     = (*Env)(nil)
 )
 
-// Spec describes the environment, as the server reported it.
+// Spec describes the environment, as the server reported it: its first
+// tasks (at most 100) and TaskCount, the number of all its tasks.
 func (e *Env) Spec() gym.EnvSpec { return e.spec }
+
+// taskPageTimeout bounds each request of Tasks, which has no context.
+const taskPageTimeout = time.Minute
+
+// Tasks lists up to limit tasks (all from offset when limit < 0) from
+// offset, and the number of tasks, asking the server page by page. It
+// implements gym.TaskLister, whose method has neither a context nor an
+// error: each page is bounded by a minute, and when a page cannot be had
+// Tasks falls back to the tasks of Spec (what envs listed, total
+// included). A lost connection or a changed server then shows in the
+// next Reset. Use ListTasks to see errors.
+func (e *Env) Tasks(offset, limit int) ([]gym.TaskSpec, int) {
+	tasks, total, err := e.ListTasks(context.Background(), offset, limit)
+	if err != nil {
+		all := e.spec.Tasks
+		start := min(max(offset, 0), len(all))
+		end := len(all)
+		if limit >= 0 {
+			end = min(start+limit, end)
+		}
+		return all[start:end], len(all)
+	}
+	return tasks, total
+}
+
+// ListTasks is Tasks with a context and an error: it pages through the
+// server's task list (each request bounded by ctx and a minute) until it
+// has limit tasks (all from offset when limit < 0) or the list ends.
+func (e *Env) ListTasks(ctx context.Context, offset, limit int) ([]gym.TaskSpec, int, error) {
+	offset = max(offset, 0)
+	var out []gym.TaskSpec
+	for {
+		page := wire.MaxTasksLimit
+		if limit >= 0 {
+			// At least one task, so that limit 0 still learns the total.
+			page = max(min(limit-len(out), page), 1)
+		}
+		pctx, cancel := context.WithTimeout(ctx, taskPageTimeout)
+		tasks, total, err := e.c.Tasks(pctx, e.spec.ID, offset+len(out), page)
+		cancel()
+		if err != nil {
+			return nil, 0, err
+		}
+		out = append(out, tasks...)
+		if limit >= 0 && len(out) >= limit {
+			return out[:limit], total, nil
+		}
+		if len(tasks) == 0 || offset+len(out) >= total {
+			return out, total, nil
+		}
+	}
+}
 
 // Reset starts an episode in a new remote session.
 func (e *Env) Reset(ctx context.Context, req gym.ResetRequest) (gym.Session, gym.Reset, error) {

@@ -10,6 +10,11 @@
 //	c, err := gymclient.Dial(ctx, "ws://127.0.0.1:8080/v1/ws", gymclient.Options{Token: tok})
 //	reg, err := c.Registry(ctx) // a *gym.Registry of remote environments
 //
+// Tasks: an environment may hold thousands of tasks. Its Spec carries the
+// first 100 and TaskCount; Client.Tasks fetches one page, and a remote Env
+// implements gym.TaskLister (and ListTasks, the same with a context and an
+// error), paging through all of them.
+//
 // Snapshots: a remote Session implements gym.Snapshotter and a remote Env
 // gym.Forker; Client.Fork starts several sessions from one snapshot in one
 // request. Snapshots belong to the connection that took them and are

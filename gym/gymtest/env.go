@@ -25,6 +25,8 @@ type Task struct {
 	// Expect maps a file path to the content the agent must write there;
 	// each entry is one test case of the evaluation.
 	Expect map[string]string
+	// Metadata is the task's free-form data, reported by Spec.
+	Metadata map[string]any
 }
 
 // Env is an in-memory gym.Env. It is safe for concurrent use; configure it
@@ -87,11 +89,11 @@ func (e *Env) SetForkHook(hook func(ctx context.Context, snapshotID string) erro
 	return e
 }
 
-// Spec describes the environment.
+// Spec describes the environment and all its tasks.
 func (e *Env) Spec() gym.EnvSpec {
-	spec := gym.EnvSpec{ID: e.id, Description: "in-memory test environment", Tools: gym.StandardTools()}
+	spec := gym.EnvSpec{ID: e.id, Description: "in-memory test environment", TaskCount: len(e.tasks), Tools: gym.StandardTools()}
 	for _, t := range e.tasks {
-		spec.Tasks = append(spec.Tasks, gym.TaskSpec{ID: t.ID, Prompt: t.Prompt, TestCommands: 1})
+		spec.Tasks = append(spec.Tasks, gym.TaskSpec{ID: t.ID, Prompt: t.Prompt, TestCommands: 1, Metadata: t.Metadata})
 	}
 	return spec
 }

@@ -1,6 +1,8 @@
 package wire
 
 import (
+	"fmt"
+	"math"
 	"time"
 
 	"github.com/gymserver/gymserver/gym"
@@ -34,20 +36,127 @@ func fromUnix(s float64) time.Time {
 
 // FromEnvSpec converts an environment spec.
 func FromEnvSpec(s gym.EnvSpec) EnvSpec {
-	out := EnvSpec{ID: s.ID, Description: s.Description, Tasks: make([]TaskSpec, len(s.Tasks)), Tools: FromTools(s.Tools)}
-	for i, t := range s.Tasks {
-		out.Tasks[i] = TaskSpec{ID: t.ID, Prompt: t.Prompt, TestCommands: t.TestCommands, HasReference: t.HasReference}
-	}
-	return out
+	return EnvSpec{ID: s.ID, Description: s.Description, Tasks: FromTaskSpecs(s.Tasks), TaskCount: s.TaskCount, Tools: FromTools(s.Tools)}
 }
 
 // ToEnvSpec converts an environment spec.
 func ToEnvSpec(s EnvSpec) gym.EnvSpec {
-	out := gym.EnvSpec{ID: s.ID, Description: s.Description, Tools: ToTools(s.Tools)}
-	for _, t := range s.Tasks {
-		out.Tasks = append(out.Tasks, gym.TaskSpec{ID: t.ID, Prompt: t.Prompt, TestCommands: t.TestCommands, HasReference: t.HasReference})
+	out := gym.EnvSpec{ID: s.ID, Description: s.Description, TaskCount: s.TaskCount, Tools: ToTools(s.Tools)}
+	if len(s.Tasks) > 0 {
+		out.Tasks = ToTaskSpecs(s.Tasks)
 	}
 	return out
+}
+
+// FromTaskSpecs converts task specs; the result is never nil. Integral
+// numbers in metadata become integers, so that msgpack readers see the
+// 3 a JSON config holds, not 3.0.
+func FromTaskSpecs(ts []gym.TaskSpec) []TaskSpec {
+	out := make([]TaskSpec, len(ts))
+	for i, t := range ts {
+		out[i] = TaskSpec{ID: t.ID, Prompt: t.Prompt, TestCommands: t.TestCommands, HasReference: t.HasReference}
+		if t.Metadata != nil {
+			out[i].Metadata = wireValue(t.Metadata).(map[string]any)
+		}
+	}
+	return out
+}
+
+// ToTaskSpecs converts task specs; the result is never nil. Metadata
+// values become what encoding/json would produce (see JSONValue).
+func ToTaskSpecs(ts []TaskSpec) []gym.TaskSpec {
+	out := make([]gym.TaskSpec, len(ts))
+	for i, t := range ts {
+		out[i] = gym.TaskSpec{ID: t.ID, Prompt: t.Prompt, TestCommands: t.TestCommands, HasReference: t.HasReference,
+			Metadata: JSONMap(t.Metadata)}
+	}
+	return out
+}
+
+// maxExactInt is 2^53: integral float64 values below it are exact integers.
+const maxExactInt = 1 << 53
+
+// wireValue returns a JSON-decoded value with integral numbers as int64.
+func wireValue(v any) any {
+	switch x := v.(type) {
+	case float64:
+		if x == math.Trunc(x) && math.Abs(x) < maxExactInt {
+			return int64(x)
+		}
+	case []any:
+		out := make([]any, len(x))
+		for i, e := range x {
+			out[i] = wireValue(e)
+		}
+		return out
+	case map[string]any:
+		out := make(map[string]any, len(x))
+		for k, e := range x {
+			out[k] = wireValue(e)
+		}
+		return out
+	}
+	return v
+}
+
+// JSONMap converts a msgpack-decoded map to the values encoding/json would
+// produce (see JSONValue); nil stays nil.
+func JSONMap(m map[string]any) map[string]any {
+	if m == nil {
+		return nil
+	}
+	out := make(map[string]any, len(m))
+	for k, v := range m {
+		out[k] = JSONValue(v)
+	}
+	return out
+}
+
+// JSONValue converts a msgpack-decoded value to the value encoding/json
+// would produce for it: numbers become float64, bin strings, maps
+// map[string]any. Its depth is bounded by the frame's (MaxDepth).
+func JSONValue(v any) any {
+	switch x := v.(type) {
+	case int8:
+		return float64(x)
+	case int16:
+		return float64(x)
+	case int32:
+		return float64(x)
+	case int64:
+		return float64(x)
+	case int:
+		return float64(x)
+	case uint8:
+		return float64(x)
+	case uint16:
+		return float64(x)
+	case uint32:
+		return float64(x)
+	case uint64:
+		return float64(x)
+	case uint:
+		return float64(x)
+	case float32:
+		return float64(x)
+	case []byte:
+		return string(x)
+	case []any:
+		out := make([]any, len(x))
+		for i, e := range x {
+			out[i] = JSONValue(e)
+		}
+		return out
+	case map[string]any:
+		return JSONMap(x)
+	case map[any]any:
+		out := make(map[string]any, len(x))
+		for k, e := range x {
+			out[fmt.Sprint(k)] = JSONValue(e)
+		}
+		return out
+	}
+	return v
 }
 
 // FromTools converts tool schemas.

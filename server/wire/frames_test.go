@@ -71,8 +71,17 @@ func exampleFrames() []frame {
 		}}},
 		{"envs_request", wire.Request{ID: 2, Op: wire.OpEnvs}},
 		{"envs_response", wire.Response{ID: 2, OK: true, Result: wire.EnvsResult{Envs: []wire.EnvSpec{{
-			ID: "mem", Description: "in-memory", Tasks: []wire.TaskSpec{{ID: "hello", Prompt: "Write hello to a.txt.", TestCommands: 1, HasReference: true}}, Tools: tools, Snapshot: true,
+			ID: "mem", Description: "in-memory", Tasks: []wire.TaskSpec{{ID: "hello", Prompt: "Write hello to a.txt.", TestCommands: 1, HasReference: true}}, TaskCount: 1, Tools: tools, Snapshot: true,
 		}}}}},
+		{"tasks_request", wire.Request{ID: 13, Op: wire.OpTasks, Env: "many", Offset: 100, Limit: 2}},
+		{"tasks_response", wire.Response{ID: 13, OK: true, Result: wire.TasksResult{Env: "many", Total: 250, Offset: 100, Tasks: wire.FromTaskSpecs([]gym.TaskSpec{
+			{ID: "task-100", Prompt: "Make test 100 pass.", TestCommands: 1, HasReference: true,
+				Metadata: map[string]any{"difficulty": "easy", "index": float64(100), "tags": []any{"math"}, "weight": 0.5}},
+			{ID: "task-101", Prompt: "Make test 101 pass.", TestCommands: 1},
+		})}}},
+		{"tasks_no_prompts_request", wire.Request{ID: 14, Op: wire.OpTasks, Env: "many", Prompts: ptr(false)}},
+		{"tasks_error_response", wire.Response{ID: 14, Error: &wire.Error{Code: "invalid_argument", Reason: wire.ReasonBadRequest,
+			Message: "limit 5000 is out of range 1 … 1000 (0 means 100)"}}},
 		{"reset_request", wire.Request{ID: 3, Op: wire.OpReset, Env: "mem", Task: "hello", Seed: ptr(int64(7)), Options: map[string]any{"difficulty": "easy"}}},
 		{"reset_response", wire.Response{ID: 3, OK: true, Result: wire.FromReset(reset)}},
 		{"step_request", wire.Request{ID: 4, Op: wire.OpStep, Session: "mem-1", ToolCalls: wire.FromToolCalls([]gym.ToolCall{

@@ -17,8 +17,10 @@ const DefaultMaxFrameBytes = 16 << 20
 
 // The ops.
 const (
-	OpHello    = "hello"
-	OpEnvs     = "envs"
+	OpHello = "hello"
+	OpEnvs  = "envs"
+	// OpTasks pages through the tasks of one environment.
+	OpTasks    = "tasks"
 	OpReset    = "reset"
 	OpStep     = "step"
 	OpEvaluate = "evaluate"
@@ -33,13 +35,24 @@ const (
 
 // Ops returns the ops of version 1, in the order PROTOCOL.md lists them.
 func Ops() []string {
-	return []string{OpHello, OpEnvs, OpReset, OpStep, OpEvaluate, OpClose, OpSnapshot, OpFork, OpDropSnapshot}
+	return []string{OpHello, OpEnvs, OpReset, OpStep, OpEvaluate, OpClose, OpSnapshot, OpFork, OpDropSnapshot, OpTasks}
 }
 
 // SnapshotOps returns the ops that exist only with CapSnapshot.
 func SnapshotOps() []string {
 	return []string{OpSnapshot, OpFork, OpDropSnapshot}
 }
+
+// Task listing bounds.
+const (
+	// EnvsTasks is the most tasks an environment lists in envs; the tasks
+	// op pages through the rest.
+	EnvsTasks = 100
+	// DefaultTasksLimit is the page size of tasks when limit is 0.
+	DefaultTasksLimit = 100
+	// MaxTasksLimit is the largest page size of tasks.
+	MaxTasksLimit = 1000
+)
 
 // The capabilities a server may announce in HelloResult.Capabilities.
 const (
@@ -106,6 +119,14 @@ type Request struct {
 	Snapshot string `msgpack:"snapshot,omitempty"`
 	// N is the number of sessions to fork; 0 means 1.
 	N int `msgpack:"n,omitempty"`
+
+	// Offset and Limit select a page of tasks (tasks): Limit 0 means
+	// DefaultTasksLimit.
+	Offset int `msgpack:"offset,omitempty"`
+	Limit  int `msgpack:"limit,omitempty"`
+	// Prompts set to false leaves the prompts out of a page of tasks
+	// (tasks); nil means true.
+	Prompts *bool `msgpack:"prompts,omitempty"`
 }
 
 // Response is a response frame: Result when OK, Error otherwise.
@@ -168,10 +189,13 @@ type EnvsResult struct {
 
 // EnvSpec describes an environment.
 type EnvSpec struct {
-	ID          string     `msgpack:"id"`
-	Description string     `msgpack:"description,omitempty"`
-	Tasks       []TaskSpec `msgpack:"tasks"`
-	Tools       []Tool     `msgpack:"tools"`
+	ID          string `msgpack:"id"`
+	Description string `msgpack:"description,omitempty"`
+	// Tasks are the environment's first tasks, at most EnvsTasks of them;
+	// TaskCount is how many it has.
+	Tasks     []TaskSpec `msgpack:"tasks"`
+	TaskCount int        `msgpack:"task_count"`
+	Tools     []Tool     `msgpack:"tools"`
 	// Snapshot is true when the environment's sessions support snapshot
 	// and fork.
 	Snapshot bool `msgpack:"snapshot,omitempty"`
@@ -183,6 +207,19 @@ type TaskSpec struct {
 	Prompt       string `msgpack:"prompt"`
 	TestCommands int    `msgpack:"test_commands"`
 	HasReference bool   `msgpack:"has_reference"`
+	// Metadata is the task's free-form data: JSON-like values, integral
+	// numbers as integers.
+	Metadata map[string]any `msgpack:"metadata,omitempty"`
+}
+
+// TasksResult is the result of tasks: one page of an environment's tasks.
+type TasksResult struct {
+	Env string `msgpack:"env"`
+	// Total is the number of tasks of the environment.
+	Total int `msgpack:"total"`
+	// Offset is the index of the page's first task.
+	Offset int        `msgpack:"offset"`
+	Tasks  []TaskSpec `msgpack:"tasks"`
 }
 
 // Tool is a tool schema in the OpenAI function format.

@@ -155,6 +155,27 @@ func TestConversionsRoundTrip(t *testing.T) {
 						t.Errorf("session %d (-want +got):\n%s", i, d)
 					}
 				}
+			case wire.TasksResult:
+				var got wire.TasksResult
+				if err := wire.DecodeResult(raw.Result, &got); err != nil {
+					t.Fatal(err)
+				}
+				// wire -> gym -> wire is the identity, metadata included.
+				if d := cmp.Diff(want.Tasks, wire.FromTaskSpecs(wire.ToTaskSpecs(got.Tasks))); d != "" {
+					t.Errorf("(-want +got):\n%s", d)
+				}
+			case wire.EnvsResult:
+				var got wire.EnvsResult
+				if err := wire.DecodeResult(raw.Result, &got); err != nil {
+					t.Fatal(err)
+				}
+				for i, e := range got.Envs {
+					again := wire.FromEnvSpec(wire.ToEnvSpec(e))
+					again.Snapshot = e.Snapshot
+					if d := cmp.Diff(want.Envs[i], again); d != "" {
+						t.Errorf("env %d (-want +got):\n%s", i, d)
+					}
+				}
 			case wire.Result:
 				var got wire.Result
 				if err := wire.DecodeResult(raw.Result, &got); err != nil {
@@ -214,6 +235,8 @@ func TestDecodeWrongTypes(t *testing.T) {
 		{"options_list", map[string]any{"id": 1, "op": "reset", "options": []any{1}}},
 		{"n_string", map[string]any{"id": 1, "op": "fork", "snapshot": "s", "n": "3"}},
 		{"snapshot_map", map[string]any{"id": 1, "op": "drop_snapshot", "snapshot": map[string]any{"id": "s"}}},
+		{"prompts_string", map[string]any{"id": 1, "op": "tasks", "env": "e", "prompts": "no"}},
+		{"offset_string", map[string]any{"id": 1, "op": "tasks", "env": "e", "offset": "10"}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			f := must(msgpack.Marshal(tt.v))
@@ -271,6 +294,10 @@ func FuzzDecode(f *testing.F) {
 	f.Add(must(msgpack.Marshal(map[string]any{"id": 1, "op": "fork", "snapshot": "s", "n": -1})))
 	f.Add(must(msgpack.Marshal(map[string]any{"id": 2, "op": "fork", "snapshot": "s", "n": uint64(1) << 63})))
 	f.Add(must(msgpack.Marshal(map[string]any{"id": 3, "op": "snapshot", "session": ""})))
+	// Tasks frames with odd values: negative and huge offsets and limits,
+	// prompts of the wrong type.
+	f.Add(must(msgpack.Marshal(map[string]any{"id": 4, "op": "tasks", "env": "e", "offset": -1, "limit": uint64(1) << 63})))
+	f.Add(must(msgpack.Marshal(map[string]any{"id": 5, "op": "tasks", "env": "e", "prompts": "no"})))
 	f.Fuzz(func(t *testing.T, frame []byte) {
 		wire.PeekID(frame)
 		var req wire.Request
@@ -294,6 +321,8 @@ func FuzzDecode(f *testing.F) {
 			wire.DecodeResult(resp.Result, &fr)
 			var snr wire.SnapshotResult
 			wire.DecodeResult(resp.Result, &snr)
+			var tr wire.TasksResult
+			wire.DecodeResult(resp.Result, &tr)
 		}
 	})
 }

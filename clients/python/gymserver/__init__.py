@@ -10,6 +10,8 @@ Quick start (sync)::
             print(r.observation.text)
 
 Async: :class:`AsyncClient` (many sessions on one connection, pipelined).
+Many-task environments: ``client.tasks(env, offset, limit)``,
+``client.iter_tasks(env)`` and :func:`seed_index` (which task a seed picks).
 Gymnasium: :mod:`gymserver.gym`. GRPO groups: :mod:`gymserver.grpo`.
 Trainer adapters: :mod:`gymserver.adapters`. Wire spec: server/wire/PROTOCOL.md.
 """
@@ -19,6 +21,7 @@ from .client import DEFAULT_PARSER, AsyncClient, AsyncSession
 from .errors import *  # noqa: F401,F403 - the exception classes and error helpers (errors.__all__)
 from .results import CloseResult, Evaluation, Observation, StepResult, normalize_tool_calls
 from .sync import Client, Session
+from .tasks import TaskPage, seed_index
 
 #: __version__ is the client package version.
 __version__ = "0.1.0"
@@ -33,6 +36,8 @@ __all__ = [
     "Evaluation",
     "CloseResult",
     "normalize_tool_calls",
+    "TaskPage",
+    "seed_index",
     "DEFAULT_PARSER",
     "__version__",
 ]

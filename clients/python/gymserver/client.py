@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-from typing import Any, Dict, List, Mapping, Optional, Union
+from typing import Any, AsyncIterator, Dict, List, Mapping, Optional, Union
 
 from . import _wire
 from .errors import (
@@ -32,6 +32,7 @@ from .results import (
     ToolCall,
     normalize_tool_calls,
 )
+from .tasks import DEFAULT_TASKS_LIMIT, MAX_TASKS_LIMIT, TaskPage
 
 __all__ = ["AsyncClient", "AsyncSession", "DEFAULT_PARSER", "CLIENT_NAME"]
 
@@ -412,9 +413,57 @@ class AsyncClient:
         return await self.request("hello", timeout=timeout, client=self.client_name)
 
     async def envs(self, *, timeout: Optional[float] = _NOT_SET) -> List[Dict[str, Any]]:
-        """envs lists the environments: ``[{id, description, tasks, tools}]`` sorted by id."""
+        """envs lists the environments: ``[{id, description, tasks, task_count, tools, snapshot}]`` sorted by id.
+
+        ``tasks`` holds at most the first 100 tasks; ``task_count`` says how
+        many there are, and :meth:`tasks` / :meth:`iter_tasks` list them all.
+        """
         res = await self.request("envs", timeout=timeout)
         return [dict(e) for e in (res.get("envs") or []) if isinstance(e, Mapping)]
+
+    async def tasks(
+        self,
+        env: str,
+        offset: int = 0,
+        limit: int = DEFAULT_TASKS_LIMIT,
+        prompts: bool = True,
+        *,
+        timeout: Optional[float] = _NOT_SET,
+    ) -> TaskPage:
+        """tasks returns one page of an environment's tasks (PROTOCOL.md §4.11).
+
+        At most ``limit`` tasks (1 … 1000) from index ``offset``, in the
+        order ``reset`` indexes them; ``prompts=False`` leaves the prompts
+        out. Past the end the page is empty. Raises
+        :class:`~gymserver.errors.NotFound` for an unknown environment and
+        :class:`~gymserver.errors.InvalidArgument` for an offset or limit
+        out of range.
+        """
+        res = await self.request(
+            "tasks", timeout=timeout, env=env, offset=int(offset), limit=int(limit), prompts=None if prompts else False
+        )
+        return TaskPage.from_wire(res)
+
+    async def iter_tasks(
+        self,
+        env: str,
+        *,
+        prompts: bool = True,
+        page_size: int = MAX_TASKS_LIMIT,
+        timeout: Optional[float] = _NOT_SET,
+    ) -> AsyncIterator[Dict[str, Any]]:
+        """iter_tasks yields every task of an environment, in order, fetching pages of ``page_size`` as it goes.
+
+        Use it as ``async for task in client.iter_tasks(env): ...``.
+        """
+        offset = 0
+        while True:
+            page = await self.tasks(env, offset, page_size, prompts, timeout=timeout)
+            for t in page.tasks:
+                yield t
+            if page.last:
+                return
+            offset = page.next_offset
 
     async def reset(
         self,
@@ -429,8 +478,11 @@ class AsyncClient:
     ) -> AsyncSession:
         """reset starts an episode in a new session (a new sandbox) and returns it.
 
-        ``task`` empty selects the environment's first task; ``seed`` makes
-        sampling reproducible; ``options`` are environment settings.
+        ``task`` names the task (:class:`~gymserver.errors.NotFound` when
+        the environment has none of that id). Without it, ``seed`` picks one:
+        the same seed, the same task, namely the one at index
+        ``seed_index(seed, task_count)`` (:func:`gymserver.tasks.seed_index`);
+        with neither, a random task. ``options`` are environment settings.
         ``replace`` names an open session of this client to close first
         (Gym's ``env.reset()`` on the same handle).
         """

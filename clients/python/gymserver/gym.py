@@ -139,7 +139,7 @@ class RemoteEnv(_EnvBase):  # type: ignore[misc,valid-type]
 
     Args:
         env: environment id on the server (for example ``"calculator_api"``).
-        task: task id; ``None`` selects the environment's first task.
+        task: task id; ``None`` lets the reset seed pick one (a random task without a seed).
         url: server URL; ignored when ``client`` is given.
         client: a shared :class:`~gymserver.sync.Client` (many RemoteEnvs
             can share one connection); otherwise the env opens its own and

@@ -14,11 +14,12 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import threading
-from typing import Any, Awaitable, Dict, Generic, List, Mapping, Optional, TypeVar, Union, overload
+from typing import Any, Awaitable, Dict, Generic, Iterator, List, Mapping, Optional, TypeVar, Union, overload
 
 from .client import _NOT_SET, AsyncClient, AsyncSession
 from .errors import ConnectionLost
 from .results import Action, CloseResult, Evaluation, Message, StepResult
+from .tasks import DEFAULT_TASKS_LIMIT, MAX_TASKS_LIMIT, TaskPage
 
 __all__ = ["Client", "Session"]
 
@@ -181,8 +182,32 @@ class Client:
         return self._run(self._aclient.hello())
 
     def envs(self) -> List[Dict[str, Any]]:
-        """envs lists the environments with their tasks and tools."""
+        """envs lists the environments with their first 100 tasks, task_count and tools."""
         return self._run(self._aclient.envs())
+
+    def tasks(
+        self,
+        env: str,
+        offset: int = 0,
+        limit: int = DEFAULT_TASKS_LIMIT,
+        prompts: bool = True,
+        *,
+        timeout: Optional[float] = _NOT_SET,
+    ) -> TaskPage:
+        """tasks returns one page of an environment's tasks; see :meth:`AsyncClient.tasks`."""
+        return self._run(self._aclient.tasks(env, offset, limit, prompts, timeout=timeout))
+
+    def iter_tasks(
+        self, env: str, *, prompts: bool = True, page_size: int = MAX_TASKS_LIMIT, timeout: Optional[float] = _NOT_SET
+    ) -> Iterator[Dict[str, Any]]:
+        """iter_tasks yields every task of an environment, in order, fetching one page at a time."""
+        offset = 0
+        while True:
+            page = self.tasks(env, offset, page_size, prompts, timeout=timeout)
+            yield from page.tasks
+            if page.last:
+                return
+            offset = page.next_offset
 
     def reset(
         self,
