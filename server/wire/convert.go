@@ -390,6 +390,8 @@ func FromEvaluation(e gym.Evaluation) Evaluation {
 		Error:      e.Error,
 		Mask:       e.Mask,
 		Tampered:   e.Tampered,
+		Metrics:    e.Metrics,
+		RewardKey:  e.RewardKey,
 	}
 	for i, t := range e.Tests {
 		out.Tests[i] = TestCase{Name: t.Name, Status: t.Status, Message: t.Message, Command: t.Command}
@@ -419,6 +421,8 @@ func ToEvaluation(e Evaluation) gym.Evaluation {
 		Error:      e.Error,
 		Mask:       e.Mask,
 		Tampered:   e.Tampered,
+		Metrics:    e.Metrics,
+		RewardKey:  e.RewardKey,
 	}
 	for i, t := range e.Tests {
 		out.Tests[i] = gym.TestCase{Name: t.Name, Status: t.Status, Message: t.Message, Command: t.Command}

@@ -357,6 +357,10 @@ type Evaluation struct {
 	// Tampered flags a test run that showed signs of forgery by the code
 	// under test; the reward is then 0 and the sample is not masked.
 	Tampered bool `msgpack:"tampered,omitempty"`
+	// Metrics are a verifier's named numbers (a Harbor task's
+	// reward.json); RewardKey names the one that is the reward.
+	Metrics   map[string]float64 `msgpack:"metrics,omitempty"`
+	RewardKey string             `msgpack:"reward_key,omitempty"`
 }
 
 // TestCase is the result of one test case.
