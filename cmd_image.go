@@ -12,7 +12,6 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/docker/docker/client"
 	units "github.com/docker/go-units"
 
 	"github.com/gymserver/gymserver/envs/baseimage"
@@ -63,9 +62,8 @@ func runImageBuild(ctx context.Context, args []string, stdout, stderr io.Writer)
 	if len(refs) == 0 {
 		refs = baseimage.Refs()
 	}
-	cli, err := client.NewClientWithOpts(client.FromEnv, client.WithAPIVersionNegotiation())
-	if err != nil {
-		fmt.Fprintln(stderr, "gymserver image:", err)
+	cli, ok := engineClient("gymserver image", stderr)
+	if !ok {
 		return 1
 	}
 	defer cli.Close()
@@ -98,9 +96,8 @@ func runImageLs(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		fs.Usage()
 		return 2
 	}
-	cli, err := client.NewClientWithOpts(client.FromEnv, client.WithAPIVersionNegotiation())
-	if err != nil {
-		fmt.Fprintln(stderr, "gymserver image ls: docker client:", err)
+	cli, ok := engineClient("gymserver image ls", stderr)
+	if !ok {
 		return 1
 	}
 	defer cli.Close()
@@ -204,9 +201,8 @@ func runImagePrune(ctx context.Context, args []string, stdout, stderr io.Writer)
 		fmt.Fprintln(stderr, "gymserver image prune: hash own executable:", err)
 		return 1
 	}
-	cli, err := client.NewClientWithOpts(client.FromEnv, client.WithAPIVersionNegotiation())
-	if err != nil {
-		fmt.Fprintln(stderr, "gymserver image prune: docker client:", err)
+	cli, ok := engineClient("gymserver image prune", stderr)
+	if !ok {
 		return 1
 	}
 	defer cli.Close()

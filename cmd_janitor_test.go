@@ -1,13 +1,11 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -73,25 +71,7 @@ func TestServeKilledJanitorRemovesSnapshots(t *testing.T) {
 			}
 		}
 	})
-	addr := make(chan string, 1)
-	go func() {
-		listening := regexp.MustCompile(`^listening on (\S+)$`)
-		sc := bufio.NewScanner(stderr)
-		for sc.Scan() {
-			if m := listening.FindStringSubmatch(sc.Text()); m != nil {
-				addr <- m[1]
-			}
-		}
-	}()
-	var url string
-	select {
-	case a := <-addr:
-		url = "ws://" + a + "/v1/ws"
-	case <-waited:
-		t.Fatal("serve exited before listening")
-	case <-time.After(5 * time.Minute):
-		t.Fatal("serve did not print its address")
-	}
+	url := serveURL(t, stderr, waited)
 
 	ctx := t.Context()
 	c, err := gymclient.Dial(ctx, url, gymclient.Options{})

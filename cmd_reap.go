@@ -36,9 +36,8 @@ func runReap(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fs.Usage()
 		return 2
 	}
-	cli, err := client.NewClientWithOpts(client.FromEnv, client.WithAPIVersionNegotiation())
-	if err != nil {
-		fmt.Fprintln(stderr, "gymserver reap: docker client:", err)
+	cli, ok := engineClient("gymserver reap", stderr)
+	if !ok {
 		return 1
 	}
 	defer cli.Close()
@@ -89,4 +88,15 @@ func (l *labelsFlag) Set(v string) error {
 	}
 	*l = append(*l, v)
 	return nil
+}
+
+// engineClient connects to the Docker Engine the environment names; on
+// failure it reports the error for cmd on stderr.
+func engineClient(cmd string, stderr io.Writer) (*client.Client, bool) {
+	cli, err := client.NewClientWithOpts(client.FromEnv, client.WithAPIVersionNegotiation())
+	if err != nil {
+		fmt.Fprintf(stderr, "%s: docker client: %v\n", cmd, err)
+		return nil, false
+	}
+	return cli, true
 }

@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"regexp"
@@ -234,25 +235,7 @@ func TestServeKilledLeavesNoContainers(t *testing.T) {
 			}
 		}
 	})
-	addr := make(chan string, 1)
-	go func() {
-		listening := regexp.MustCompile(`^listening on (\S+)$`)
-		sc := bufio.NewScanner(stderr)
-		for sc.Scan() {
-			if m := listening.FindStringSubmatch(sc.Text()); m != nil {
-				addr <- m[1]
-			}
-		}
-	}()
-	var url string
-	select {
-	case a := <-addr:
-		url = "ws://" + a + "/v1/ws"
-	case <-waited:
-		t.Fatal("serve exited before listening")
-	case <-time.After(5 * time.Minute):
-		t.Fatal("serve did not print its address")
-	}
+	url := serveURL(t, stderr, waited)
 
 	ctx := t.Context()
 	c, err := gymclient.Dial(ctx, url, gymclient.Options{})
@@ -314,4 +297,30 @@ func ownersWithPrefix(ctx context.Context, cli *client.Client, prefix string) ([
 		}
 	}
 	return out, nil
+}
+
+// serveURL reads a `gymserver serve` process's stderr until it says where
+// it listens and returns its WebSocket URL; waited closes when the process
+// exits.
+func serveURL(t *testing.T, stderr io.Reader, waited <-chan struct{}) string {
+	t.Helper()
+	addr := make(chan string, 1)
+	go func() {
+		listening := regexp.MustCompile(`^listening on (\S+)$`)
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			if m := listening.FindStringSubmatch(sc.Text()); m != nil {
+				addr <- m[1]
+			}
+		}
+	}()
+	select {
+	case a := <-addr:
+		return "ws://" + a + "/v1/ws"
+	case <-waited:
+		t.Fatal("serve exited before listening")
+	case <-time.After(5 * time.Minute):
+		t.Fatal("serve did not print its address")
+	}
+	return ""
 }

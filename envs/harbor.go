@@ -19,7 +19,7 @@ import (
 // Where a Harbor task's verifier finds its files and leaves its verdict,
 // inside the sandbox.
 const (
-	harborTestsDir    = "/tests"
+	harborTestsDir    = config.HarborTestsDir
 	harborVerifierDir = "/logs/verifier"
 	harborTestScript  = harborTestsDir + "/test.sh"
 	// harborRewardLimit bounds each reward or report file read back.
@@ -203,7 +203,3 @@ func harborEnv(vars map[string]string) []string {
 	}
 	return out
 }
-
-// harborSolutionDir is where the oracle writes a Harbor task's solution/:
-// the agent writes it, and the agent may not write at /solution.
-const harborSolutionDir = config.HarborSolutionDir
