@@ -193,7 +193,7 @@ def backend(request: pytest.FixtureRequest) -> Backend:
     """backend runs the test against the fake server and against the real one."""
     if request.param == "fake":
         srv = request.getfixturevalue("fake_server")
-        return Backend("fake", srv.url)
+        return Backend("fake", srv.url, extra={"fake": srv})
     live = request.getfixturevalue("live_server")
     return Backend("live", live.url)
 
@@ -205,3 +205,31 @@ def write_solution_call(b: Backend, call_id: str = "w1") -> Dict[str, Any]:
         "type": "function",
         "function": {"name": "write_file", "arguments": json.dumps({"filepath": b.solution_path, "content": SOLUTION})},
     }
+
+
+def open_sessions(b: Backend) -> int:
+    """open_sessions is the number of sessions the backend holds right now.
+
+    For the live server it is the ``gymserver_sessions`` gauge of ``/metrics``;
+    for the fake server its session table. Adapter tests assert it returns to
+    zero after an episode (no session left open).
+    """
+    if b.kind == "fake":
+        return sum(1 for s in b.extra["fake"].sessions.values() if not s.closed)
+    import urllib.request
+
+    with urllib.request.urlopen(b.url.replace("ws://", "http://", 1) + "/metrics", timeout=10) as r:
+        for line in r.read().decode().splitlines():
+            if line.startswith("gymserver_sessions "):
+                return int(float(line.split()[1]))
+    raise AssertionError("/metrics has no gymserver_sessions gauge")
+
+
+def wait_no_sessions(b: Backend, timeout: float = 10.0) -> None:
+    """wait_no_sessions waits until the backend holds no session, failing after timeout."""
+    deadline = time.monotonic() + timeout
+    n = open_sessions(b)
+    while n and time.monotonic() < deadline:
+        time.sleep(0.1)
+        n = open_sessions(b)
+    assert n == 0, f"{n} sessions still open on the {b.kind} server"
