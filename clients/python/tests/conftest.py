@@ -91,6 +91,13 @@ def _combined_config(tmp: Path) -> Path:
             for item in (env.get("reference_solution") or {}).get("files") or []:
                 item["src"] = str(base / item["src"])
             envs.append(env)
+    # verifier_broken is calculator_api whose hidden tests collect nothing:
+    # every evaluation is a masked verifier_error (for masked-sample tests).
+    broken = json.loads(json.dumps(envs[0]))
+    broken["id"] = "verifier_broken"
+    broken["hidden_tests"] = [{"src": str(HERE / "data" / "no_tests"), "dest": "/workspace/tests"}]
+    broken.pop("reference_solution", None)
+    envs.append(broken)
     top["environments"] = envs
     path = tmp / "config.json"
     path.write_text(json.dumps(top, indent=2))
