@@ -9,7 +9,8 @@ Quick start (sync)::
             r = session.step([{"name": "execute_command", "arguments": {"command": "ls"}}])
             print(r.observation.text)
 
-Async: :class:`AsyncClient` (many sessions on one connection, pipelined).
+Async: :class:`AsyncClient` (many sessions on one connection, pipelined);
+:class:`AsyncPool` (as many connections as the sessions need).
 Many-task environments: ``client.tasks(env, offset, limit)``,
 ``client.iter_tasks(env)`` and :func:`seed_index` (which task a seed picks).
 Gymnasium: :mod:`gymserver.gym`. GRPO groups: :mod:`gymserver.grpo`.
@@ -18,6 +19,7 @@ Trainer adapters: :mod:`gymserver.adapters`. Wire spec: server/wire/PROTOCOL.md.
 
 from . import errors
 from .client import DEFAULT_PARSER, AsyncClient, AsyncSession
+from .pool import AsyncPool
 from .errors import *  # noqa: F401,F403 - the exception classes and error helpers (errors.__all__)
 from .results import CloseResult, Evaluation, Observation, StepResult, normalize_tool_calls
 from .sync import Client, Session
@@ -29,6 +31,7 @@ __version__ = "0.1.0"
 __all__ = [
     "AsyncClient",
     "AsyncSession",
+    "AsyncPool",
     "Client",
     "Session",
     "StepResult",

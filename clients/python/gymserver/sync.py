@@ -18,6 +18,7 @@ from typing import Any, Awaitable, Dict, Generic, Iterator, List, Mapping, Optio
 
 from .client import _NOT_SET, AsyncClient, AsyncSession
 from .errors import ConnectionLost
+from .pool import AsyncPool
 from .results import Action, CloseResult, Evaluation, Message, StepResult
 from .tasks import DEFAULT_TASKS_LIMIT, MAX_TASKS_LIMIT, TaskPage
 
@@ -119,16 +120,21 @@ class Client:
     constructor. Use it as a context manager, or call
     :meth:`close` when done (it closes open sessions, the connection and the
     loop thread).
+
+    With ``pool=True`` it holds an :class:`~gymserver.pool.AsyncPool`
+    instead of one connection: new sessions go to further connections when
+    one is at the server's per-connection session limit (``max_connections``
+    and ``sessions_per_connection`` are then accepted as well).
     """
 
-    def __init__(self, url: str, **options: Any) -> None:
+    def __init__(self, url: str, *, pool: bool = False, **options: Any) -> None:
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="gymserver-client", daemon=True)
         self._thread.start()
         self._closed = False
         self._lock = threading.Lock()
         try:
-            self._aclient = AsyncClient(url, **options)
+            self._aclient: Union[AsyncClient, AsyncPool] = AsyncPool(url, **options) if pool else AsyncClient(url, **options)
             self._run(self._aclient.connect())
         except BaseException:
             self._stop_loop()
@@ -158,8 +164,8 @@ class Client:
         return self._loop
 
     @property
-    def async_client(self) -> AsyncClient:
-        """async_client is the underlying :class:`AsyncClient`; only use it on :attr:`loop`."""
+    def async_client(self) -> Union[AsyncClient, AsyncPool]:
+        """async_client is the underlying :class:`AsyncClient` (or AsyncPool); only use it on :attr:`loop`."""
         return self._aclient
 
     def run(self, coro: Awaitable[T]) -> T:

@@ -98,7 +98,7 @@ def parse_text(parser: str, text: str) -> List[Tuple[str, str]]:
 class FakeServer:
     """FakeServer runs the toy server on 127.0.0.1:<free port> in a background thread."""
 
-    def __init__(self, token: Optional[str] = None) -> None:
+    def __init__(self, token: Optional[str] = None, max_sessions_per_connection: int = 512) -> None:
         self.token = token
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
@@ -107,6 +107,7 @@ class FakeServer:
         self.ids = itertools.count(1)
         self.connections: List[Any] = []
         self.sessions: Dict[str, FakeSession] = {}
+        self.max_sessions_per_connection = max_sessions_per_connection
         self.requests: List[Dict[str, Any]] = []
 
     @property
@@ -203,7 +204,8 @@ class FakeServer:
         if op == "hello":
             return {"server": "gymserver", "server_version": "fake", "protocol": 1, "subprotocol": SUBPROTOCOL, "instance": "fake",
                     "ops": ["hello", "envs", "reset", "step", "evaluate", "close"], "parsers": ["hermes", "json", "react"],
-                    "capabilities": ["pipelining", "multi_session", "multi_call", "raw_text", "evaluate"], "limits": {}, "draining": False}
+                    "capabilities": ["pipelining", "multi_session", "multi_call", "raw_text", "evaluate"],
+                    "limits": {"max_sessions_per_connection": self.max_sessions_per_connection}, "draining": False}
         if op == "envs":
             return {"envs": [{"id": k, "tasks": [{"id": k, "prompt": v, "test_commands": 1, "has_reference": True}], "tools": TOOLS}
                              for k, v in sorted(ENVS.items())]}
@@ -219,6 +221,8 @@ class FakeServer:
                 s = self._session(req, mine)
                 s.closed = True
             await asyncio.sleep(0.01)
+            if sum(1 for m in mine if not self.sessions[m].closed) >= self.max_sessions_per_connection:
+                raise WireError("resource_exhausted", "connection has the maximum of sessions", "max_connection_sessions")
             sid = f"{env}-{next(self.ids):08x}"
             self.sessions[sid] = FakeSession(sid, env, task)
             mine.append(sid)

@@ -1,4 +1,9 @@
-"""Connections shared by the adapters: one sync Client per (url, token) per process, one AsyncClient per event loop."""
+"""Connections shared by the adapters: one sync Client per (url, token) per process, one AsyncPool per event loop.
+
+Both are connection pools: a process may hold more sessions than the
+server allows on one connection (``max_sessions_per_connection``), and
+further connections are opened as the sessions need them.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +13,7 @@ import threading
 import weakref
 from typing import Any, Dict, Mapping, Optional, Tuple
 
-from ..client import AsyncClient
+from ..pool import AsyncPool
 from ..sync import Client
 
 __all__ = [
@@ -26,7 +31,7 @@ __all__ = [
 _lock = threading.Lock()
 # _clients guards nothing by itself; _lock guards it.
 _clients: Dict[Tuple[str, Optional[str]], Client] = {}
-_aclients: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Dict[Tuple[str, Optional[str]], AsyncClient]]" = (
+_aclients: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Dict[Tuple[str, Optional[str]], AsyncPool]]" = (
     weakref.WeakKeyDictionary()
 )
 _alocks: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock]" = weakref.WeakKeyDictionary()
@@ -48,13 +53,13 @@ def shared_client(url: Optional[str] = None, token: Optional[str] = None) -> Cli
         if c is None or not c.connected:
             if c is not None:
                 c.close()
-            c = Client(key[0], token=key[1])
+            c = Client(key[0], token=key[1], pool=True)
             _clients[key] = c
         return c
 
 
-async def shared_async_client(url: Optional[str] = None, token: Optional[str] = None) -> AsyncClient:
-    """shared_async_client returns the AsyncClient for (url, token) on the running loop, connecting it on first use."""
+async def shared_async_client(url: Optional[str] = None, token: Optional[str] = None) -> AsyncPool:
+    """shared_async_client returns the AsyncPool for (url, token) on the running loop, connecting it on first use."""
     key = resolve(url, token)
     loop = asyncio.get_running_loop()
     per_loop = _aclients.get(loop)
@@ -63,14 +68,14 @@ async def shared_async_client(url: Optional[str] = None, token: Optional[str] = 
     async with loop_lock(_alocks):
         c = per_loop.get(key)
         if c is None or not c.connected:
-            c = AsyncClient(key[0], token=key[1])
+            c = AsyncPool(key[0], token=key[1])
             await c.connect()
             per_loop[key] = c
         return c
 
 
 async def close_shared_async() -> None:
-    """close_shared_async closes the running loop's shared AsyncClients (call it before the loop ends)."""
+    """close_shared_async closes the running loop's shared pools (call it before the loop ends)."""
     per_loop = _aclients.pop(asyncio.get_running_loop(), {})
     for c in per_loop.values():
         await c.close()
