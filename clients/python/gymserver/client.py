@@ -10,9 +10,10 @@ and so does every later request: nothing hangs.
 from __future__ import annotations
 
 import asyncio
+import collections
 import itertools
 import logging
-from typing import Any, AsyncIterator, Dict, List, Mapping, Optional, Union
+from typing import Any, AsyncIterator, Deque, Dict, List, Mapping, Optional, Union
 
 from . import _wire
 from .errors import (
@@ -42,6 +43,9 @@ log = logging.getLogger("gymserver")
 DEFAULT_PARSER = "hermes"
 #: CLIENT_NAME is what the client reports in ``hello``.
 CLIENT_NAME = "gymserver-python/0.1"
+
+#: UNMATCHED_ERRORS_KEPT bounds :attr:`AsyncClient.unmatched_errors`.
+UNMATCHED_ERRORS_KEPT = 100
 
 _NOT_SET: Any = object()
 
@@ -260,7 +264,8 @@ class AsyncClient:
         self._sessions: Dict[str, AsyncSession] = {}
         # _snapshot_messages holds each snapshot's transcript, for its forks.
         self._snapshot_messages: Dict[str, List[Message]] = {}
-        self.unmatched_errors: List[GymServerError] = []
+        #: unmatched_errors keeps the last UNMATCHED_ERRORS_KEPT error frames that answered no pending request.
+        self.unmatched_errors: Deque[GymServerError] = collections.deque(maxlen=UNMATCHED_ERRORS_KEPT)
 
     def __repr__(self) -> str:
         return f"AsyncClient(url={self.url!r}, connected={self.connected})"

@@ -9,6 +9,7 @@ text; an action may also be a list of tool-call dicts.
 
 from __future__ import annotations
 
+import os
 import random
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
@@ -16,7 +17,7 @@ from .errors import EpisodeDone
 from .results import StepResult
 from .sync import Client, Session
 
-__all__ = ["RemoteEnv", "TextSpace", "HAVE_GYMNASIUM"]
+__all__ = ["RemoteEnv", "TextSpace", "MessagesSpace", "HAVE_GYMNASIUM"]
 
 try:  # gymnasium is optional
     import gymnasium as _gymnasium
@@ -53,6 +54,34 @@ if HAVE_GYMNASIUM:
         def __repr__(self) -> str:
             return "TextSpace()"
 
+    class MessagesSpace(_spaces.Space):  # type: ignore[misc,name-defined]
+        """MessagesSpace contains chat transcripts: lists of message dicts with a string ``role``.
+
+        It is the observation space of ``RemoteEnv(observation="messages")``;
+        ``sample`` draws one short user message.
+        """
+
+        def __init__(self, seed: Any = None) -> None:
+            super().__init__(shape=None, dtype=None, seed=seed)
+
+        @property
+        def is_np_flattenable(self) -> bool:
+            """is_np_flattenable is False: a transcript has no fixed numeric shape."""
+            return False
+
+        def contains(self, x: Any) -> bool:
+            """contains reports whether x is a list of dicts that each have a string role."""
+            return _is_messages(x)
+
+        def sample(self, mask: Any = None, probability: Any = None) -> List[Dict[str, Any]]:
+            """sample returns a one-message transcript with short random content."""
+            n = int(self.np_random.integers(1, 17))
+            text = "".join(_SAMPLE_CHARS[int(i)] for i in self.np_random.integers(0, len(_SAMPLE_CHARS), n))
+            return [{"role": "user", "content": text}]
+
+        def __repr__(self) -> str:
+            return "MessagesSpace()"
+
     _EnvBase: Any = _gymnasium.Env  # type: ignore[union-attr]
 else:
 
@@ -85,6 +114,20 @@ else:
 
         def __repr__(self) -> str:
             return "TextSpace()"
+
+    class MessagesSpace(TextSpace):  # type: ignore[no-redef]
+        """MessagesSpace contains chat transcripts: lists of message dicts with a string ``role``."""
+
+        def contains(self, x: Any) -> bool:
+            """contains reports whether x is a list of dicts that each have a string role."""
+            return _is_messages(x)
+
+        def sample(self, mask: Any = None) -> List[Dict[str, Any]]:  # type: ignore[override]
+            """sample returns a one-message transcript with short random content."""
+            return [{"role": "user", "content": super().sample()}]
+
+        def __repr__(self) -> str:
+            return "MessagesSpace()"
 
     class _EnvBase:  # type: ignore[no-redef]
         """_EnvBase stands in for gymnasium.Env: the attributes and seeding contract RemoteEnv relies on."""
@@ -128,6 +171,11 @@ else:
             return False
 
 
+def _is_messages(x: Any) -> bool:
+    """_is_messages reports whether x is a list of dicts that each have a string ``role``."""
+    return isinstance(x, list) and all(isinstance(m, dict) and isinstance(m.get("role"), str) for m in x)
+
+
 Action = Union[str, Sequence[Mapping[str, Any]], Mapping[str, Any]]
 
 
@@ -140,11 +188,13 @@ class RemoteEnv(_EnvBase):  # type: ignore[misc,valid-type]
     Args:
         env: environment id on the server (for example ``"calculator_api"``).
         task: task id; ``None`` lets the reset seed pick one (a random task without a seed).
-        url: server URL; ignored when ``client`` is given.
+        url: server URL (default ``GYMSERVER_URL``); ignored when ``client`` is given.
         client: a shared :class:`~gymserver.sync.Client` (many RemoteEnvs
             can share one connection); otherwise the env opens its own and
             closes it in :meth:`close`.
-        token: bearer token for ``url``.
+        token: bearer token for ``url`` (default ``GYMSERVER_TOKEN``; with
+            ``gymnasium.make`` leave it out of the kwargs, which end up in
+            the env spec's JSON, and set the variable instead).
         parser: how raw-text actions are parsed on the server: ``"hermes"``,
             ``"json"`` or ``"react"``.
         options: environment options sent with every reset (merged with
@@ -169,7 +219,7 @@ class RemoteEnv(_EnvBase):  # type: ignore[misc,valid-type]
     stepping before the first reset.
     """
 
-    metadata: Dict[str, Any] = {"render_modes": ["ansi"]}
+    metadata: Dict[str, Any] = {"render_modes": ["ansi"], "render_fps": 1}
 
     def __init__(
         self,
@@ -184,8 +234,10 @@ class RemoteEnv(_EnvBase):  # type: ignore[misc,valid-type]
         observation: str = "text",
         render_mode: Optional[str] = None,
     ) -> None:
+        url = url or os.environ.get("GYMSERVER_URL")
+        token = token if token is not None else (os.environ.get("GYMSERVER_TOKEN") or None)
         if client is None and url is None:
-            raise ValueError("RemoteEnv needs url= or client=")
+            raise ValueError("RemoteEnv needs url= or client= (or GYMSERVER_URL)")
         if observation not in ("text", "messages"):
             raise ValueError(f"observation must be 'text' or 'messages', not {observation!r}")
         self.env_id = env
@@ -199,7 +251,7 @@ class RemoteEnv(_EnvBase):  # type: ignore[misc,valid-type]
         self.session: Optional[Session] = None
         self._done = False
         self._last_text = ""
-        self.observation_space = TextSpace()
+        self.observation_space = TextSpace() if observation == "text" else MessagesSpace()
         self.action_space = TextSpace()
 
     def reset(self, *, seed: Optional[int] = None, options: Optional[Dict[str, Any]] = None) -> Tuple[Any, Dict[str, Any]]:

@@ -115,3 +115,18 @@ def test_pool_live_server_limit(live_env: Dict[str, Any]) -> None:
         asyncio.run(main())
     finally:
         srv.stop()
+
+
+def test_unmatched_errors_are_bounded(live_server: Any) -> None:
+    """Error frames answering no request (the real server's answer to an undecodable frame) are kept, but only the last UNMATCHED_ERRORS_KEPT."""
+    from gymserver.client import UNMATCHED_ERRORS_KEPT
+
+    async def main() -> None:
+        async with AsyncClient(live_server.url) as c:
+            for _ in range(UNMATCHED_ERRORS_KEPT + 50):
+                await c._ws.send(b"\xc1")  # never-valid msgpack: the server answers with id 0
+            await c.hello()
+            assert len(c.unmatched_errors) == UNMATCHED_ERRORS_KEPT
+            assert c.unmatched_errors[-1].code == "invalid_argument"
+
+    asyncio.run(main())
