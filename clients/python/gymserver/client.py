@@ -89,6 +89,8 @@ class AsyncSession:
         self.parser = parser
         self.last: Optional[StepResult] = None
         self.done = False
+        #: group_index is the session's position in a group (set by :func:`gymserver.grpo.run_group`), else None.
+        self.group_index: Optional[int] = None
         self._closed: Optional[CloseResult] = None
         self._close_lock = asyncio.Lock()
 

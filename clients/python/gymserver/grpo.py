@@ -26,7 +26,8 @@ __all__ = ["Policy", "Rollout", "GroupResult", "run_group", "group_advantages"]
 #: is the transcript so far and ``tools`` the tool schemas) and the last
 #: step result (None on the first turn), it returns the next action: raw
 #: model text or tool calls. Returning ``None`` ends the episode early (it is
-#: then evaluated).
+#: then evaluated). ``session.group_index`` tells the policy which member of
+#: the group it is playing (0 … n-1).
 Policy = Callable[[AsyncSession, Optional[StepResult]], Awaitable[Optional[Action]]]
 
 
@@ -141,6 +142,7 @@ async def _one(
     session: Optional[AsyncSession] = None
     try:
         session = await client.reset(env, task, seed, options, parser=parser)
+        session.group_index = index
         ro.session_id = session.id
         last: Optional[StepResult] = None
         while True:

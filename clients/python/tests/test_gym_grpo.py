@@ -67,35 +67,25 @@ def test_group_advantages_math() -> None:
 
 def test_grpo_group(backend: Backend) -> None:
     async def policy(session: gymserver.AsyncSession, last: Optional[gymserver.StepResult]) -> Any:
+        # run_group tells each policy call its member index: even members solve, member 3's model fails
+        k = session.group_index
+        assert k is not None and 0 <= k < 4
         turn = sum(1 for m in session.messages if m["role"] == "assistant")
-        good = session.id in good_ids
-        if session.id in broken_ids:
+        if k == 3:
             raise RuntimeError("model API down")
         if turn == 0:
-            content = SOLUTION if good else "print('nothing')\n"
+            content = SOLUTION if k % 2 == 0 else "print('nothing')\n"
             return [{"name": "write_file", "arguments": {"filepath": backend.solution_path, "content": content}}]
         return '{"name": "mark_done", "arguments": {}}' if turn == 1 else None
 
-    good_ids: set = set()
-    broken_ids: set = set()
-    seen: list = []
-
-    async def assigning_policy(session: gymserver.AsyncSession, last: Optional[gymserver.StepResult]) -> Any:
-        if session.id not in seen:
-            seen.append(session.id)
-            k = len(seen) - 1
-            if k % 2 == 0:
-                good_ids.add(session.id)
-            if k == 3:
-                broken_ids.add(session.id)
-        return await policy(session, last)
-
     async def main() -> None:
         async with gymserver.AsyncClient(backend.url) as c:
-            g = await run_group(c, backend.env, assigning_policy, n=4, seed=11, parser="json", max_turns=5)
+            g = await run_group(c, backend.env, policy, n=4, seed=11, parser="json", max_turns=5)
             assert len(g.rollouts) == 4 and c.sessions == []
-            masked = [r for r in g.rollouts if r.masked]
-            assert len(masked) == 1 and masked[0].error_class == "policy_error" and masked[0].advantage == 0.0
+            assert g.mask == [False, False, False, True]
+            masked = g.rollouts[3]
+            assert masked.error_class == "policy_error" and masked.advantage == 0.0
+            assert g.rewards[:3] == pytest.approx([1.0, 0.0, 1.0])
             valid = g.valid
             assert sorted(r.reward for r in valid) == pytest.approx([0.0, 1.0, 1.0])
             assert g.mean == pytest.approx(2 / 3)
