@@ -29,7 +29,6 @@ from types import SimpleNamespace
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence
 
 import pytest
-import torch
 
 import gymserver.adapters
 from gymserver.adapters import _shared
@@ -73,6 +72,7 @@ IM_START, IM_END = 1, 2  # fakemodel.ChatMLTokenizer ids
 
 
 def solution_text(b: Backend) -> str:
+    """solution_text is a Hermes tool call writing the reference solution."""
     return "<tool_call>%s</tool_call>" % json.dumps({"name": "write_file", "arguments": {"filepath": b.solution_path, "content": SOLUTION}})
 
 
@@ -141,6 +141,7 @@ def trainer_args(n: int, logprobs: bool) -> SimpleNamespace:
 
 
 def write_agent_func(tmp: Path, b: Backend) -> Path:
+    """write_agent_func writes the agent_func file a user passes as --train.agent_func_path."""
     path = tmp / "agent_func.py"
     path.write_text(AGENT_FUNC.format(url=b.url))
     return path
@@ -165,6 +166,7 @@ def dataset(labels: Sequence[Any]) -> Iterator[Any]:
 
 
 def tool_names(envs: List[Dict[str, Any]], env: str) -> List[str]:
+    """tool_names lists the names of the tools envs() gives for env."""
     for e in envs:
         if e.get("id") == env:
             return [t["function"]["name"] for t in e.get("tools") or []]
@@ -247,11 +249,13 @@ def check_loss_norm(r: Rollout) -> None:
     assert float(r.loss_norm["batch_num_tokens"]) == sum(int(e.action_mask.sum()) for e in kept)
 
 
-def by_label(r: Rollout, label: Any) -> List[Any]:
-    return [e for e in r.experiences if e.labels == [label]]
+def by_label(r: Rollout, row_label: Any) -> List[Any]:
+    """by_label is the samples of one dataset label."""
+    return [e for e in r.experiences if e.labels == [row_label]]
 
 
 def label(env: str, seed: int) -> str:
+    """label is a dataset label naming an episode."""
     return json.dumps({"env": env, "seed": seed})
 
 
@@ -537,6 +541,7 @@ def run_upstream(b: Backend, agent_func: Path, labels: Sequence[Any], policy: Ca
 
 
 async def _envs(b: Backend) -> List[Dict[str, Any]]:
+    """_envs lists the environments through the shared client of the running loop."""
     return await (await _shared.shared_async_client(b.url)).envs()
 
 

@@ -403,6 +403,7 @@ class GymServerAgentExecutor(_MultiTurnAgentExecutor):  # type: ignore[misc,vali
             if rollout.instance is not None:
                 await rollout.instance.close()
         inst = rollout.instance
+        assert inst is not None
         if inst.masked:
             log.warning("gymserver: episode %s for label %r is masked (%s)", inst.session.id if inst.session else "", label, inst.error_class)
             out["action_ranges"] = []
