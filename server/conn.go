@@ -229,6 +229,10 @@ func (c *conn) dispatch(frame []byte) {
 		c.reply(id, nil, err)
 		return
 	}
+	if id, err := checkID(frame, req.ID); err != nil {
+		c.reply(id, nil, err)
+		return
+	}
 	c.srv.metrics.requests.WithLabelValues(metricOp(req.Op)).Inc()
 	switch req.Op {
 	case wire.OpHello:
@@ -269,6 +273,30 @@ func (c *conn) dispatch(frame []byte) {
 		c.reply(req.ID, nil, errorf(gym.ClassInvalidArgument, wire.ReasonUnknownOp,
 			"unknown op %q (want %s)", req.Op, strings.Join(c.srv.hello.Ops, ", ")))
 	}
+}
+
+// checkID checks the id of a decoded request, decoded as id from frame: it
+// must be an integer from 1 to wire.MaxID. When it is not, checkID returns
+// the id to answer with, the request's own if it is a readable unsigned
+// integer, else 0, and a bad_request error.
+func checkID(frame []byte, id uint64) (uint64, error) {
+	if id >= 1 && id <= wire.MaxID {
+		return id, nil
+	}
+	// The decoder reads a negative id as its two's complement; PeekID
+	// reads only non-negative integers.
+	peeked, ok := wire.PeekID(frame)
+	switch {
+	case ok && peeked == 0:
+		return 0, errorf(gym.ClassInvalidArgument, wire.ReasonBadRequest,
+			"id 0 is not a request id (responses use it for unreadable ids); use 1 … 2^53−1")
+	case ok:
+		return peeked, errorf(gym.ClassInvalidArgument, wire.ReasonBadRequest,
+			"id %d is larger than 2^53−1", peeked)
+	case id != 0:
+		return 0, errorf(gym.ClassInvalidArgument, wire.ReasonBadRequest, "id is negative; use 1 … 2^53−1")
+	}
+	return 0, errorf(gym.ClassInvalidArgument, wire.ReasonBadRequest, "field id is required: an integer from 1 to 2^53−1")
 }
 
 // metricOp bounds the op label to the known ops.
