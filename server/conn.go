@@ -233,6 +233,11 @@ func (c *conn) dispatch(frame []byte) {
 		c.reply(id, nil, err)
 		return
 	}
+	if req.Op == "" {
+		c.reply(req.ID, nil, errorf(gym.ClassInvalidArgument, wire.ReasonBadRequest,
+			"field op is required (one of %s)", strings.Join(c.srv.hello.Ops, ", ")))
+		return
+	}
 	c.srv.metrics.requests.WithLabelValues(metricOp(req.Op)).Inc()
 	switch req.Op {
 	case wire.OpHello:

@@ -66,6 +66,8 @@ func TestBadRequestsKeepConnection(t *testing.T) {
 		{"wrong_type_session", encodeMap(t, map[string]any{"id": 33, "op": "step", "session": 42}), false, 33, gym.ClassInvalidArgument, wire.ReasonBadRequest},
 		{"wrong_type_tool_calls", encodeMap(t, map[string]any{"id": 34, "op": "step", "session": live.SessionID, "tool_calls": "echo hi"}), false, 34, gym.ClassInvalidArgument, wire.ReasonBadRequest},
 		{"wrong_type_id", encodeMap(t, map[string]any{"id": "x", "op": "hello"}), false, 0, gym.ClassInvalidArgument, wire.ReasonBadRequest},
+		{"missing_op", encodeMap(t, map[string]any{"id": 36}), false, 36, gym.ClassInvalidArgument, wire.ReasonBadRequest},
+		{"empty_op", encodeMap(t, map[string]any{"id": 37, "op": ""}), false, 37, gym.ClassInvalidArgument, wire.ReasonBadRequest},
 		{"truncated", valid[:len(valid)-3], false, 10, gym.ClassInvalidArgument, wire.ReasonBadFrame},
 		{"trailing_bytes", append(append([]byte{}, valid...), 0xc0), false, 10, gym.ClassInvalidArgument, wire.ReasonBadFrame},
 		{"not_msgpack", []byte("\xc1\xc1 this is not msgpack"), false, 0, gym.ClassInvalidArgument, wire.ReasonBadFrame},
