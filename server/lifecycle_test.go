@@ -136,6 +136,28 @@ func TestAuth(t *testing.T) {
 			}
 		})
 	}
+	// The scheme is case-insensitive (RFC 7235); the token is not.
+	for _, h := range []string{"bearer s3cret", "BEARER s3cret", "Bearer  s3cret"} {
+		ws, resp, err := websocket.DefaultDialer.Dial(ts.url, http.Header{
+			"Authorization": {h}, "Sec-WebSocket-Protocol": {wire.Subprotocol}})
+		if err != nil {
+			t.Errorf("dial with Authorization %q: %v (%v)", h, err, resp)
+			continue
+		}
+		ws.Close()
+	}
+	for _, h := range []string{"Bearer S3CRET", "Basic s3cret", "Bearers3cret", "s3cret"} {
+		req, _ := http.NewRequestWithContext(t.Context(), "GET", "http://"+ts.addr+"/v1/envs", nil)
+		req.Header.Set("Authorization", h)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusUnauthorized {
+			t.Errorf("/v1/envs with Authorization %q: %s, want 401", h, resp.Status)
+		}
+	}
 	if _, err := server.Listen("0.0.0.0:0", ""); err == nil || !strings.Contains(err.Error(), "token") {
 		t.Errorf("listen on all interfaces without a token: %v, want refusal", err)
 	}

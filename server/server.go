@@ -331,8 +331,8 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if s.opts.Token != "" {
 			h := r.Header.Get("Authorization")
-			tok, ok := strings.CutPrefix(h, "Bearer ")
-			if !ok || subtle.ConstantTimeCompare([]byte(strings.TrimSpace(tok)), []byte(s.opts.Token)) != 1 {
+			tok, ok := bearerToken(h)
+			if !ok || subtle.ConstantTimeCompare([]byte(tok), []byte(s.opts.Token)) != 1 {
 				msg := "missing bearer token"
 				if h != "" {
 					msg = "wrong bearer token"
@@ -344,6 +344,16 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 		}
 		next.ServeHTTP(w, r)
 	})
+}
+
+// bearerToken returns the token of an Authorization header value of the
+// Bearer scheme. The scheme name is case-insensitive (RFC 7235 §2.1).
+func bearerToken(h string) (string, bool) {
+	scheme, tok, ok := strings.Cut(strings.TrimSpace(h), " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return "", false
+	}
+	return strings.TrimSpace(tok), true
 }
 
 // httpError writes err as the JSON error object of PROTOCOL.md.
