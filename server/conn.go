@@ -304,6 +304,9 @@ func checkID(frame []byte, id uint64) (uint64, error) {
 	return 0, errorf(gym.ClassInvalidArgument, wire.ReasonBadRequest, "field id is required: an integer from 1 to 2^53−1")
 }
 
+// unknownOp is the op label of requests with an op not in wire.Ops.
+const unknownOp = "unknown"
+
 // metricOp bounds the op label to the known ops.
 func metricOp(op string) string {
 	for _, o := range wire.Ops() {
@@ -311,7 +314,7 @@ func metricOp(op string) string {
 			return op
 		}
 	}
-	return "unknown"
+	return unknownOp
 }
 
 func errDraining() error {

@@ -407,3 +407,28 @@ func TestClientContextCancel(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestMetricsStartAtZero checks that every labelled series with a known
+// label value is exported before its first event.
+func TestMetricsStartAtZero(t *testing.T) {
+	ts := startServer(t, server.Options{}, nil)
+	body := scrape(t, ts)
+	var want []string
+	for _, op := range append(wire.Ops(), "unknown") {
+		want = append(want, `gymserver_requests_total{op="`+op+`"} 0`)
+	}
+	for _, c := range gym.Classes() {
+		want = append(want, `gymserver_errors_total{code="`+string(c)+`"} 0`)
+	}
+	for _, h := range []string{"step", "reset", "snapshot", "fork"} {
+		want = append(want, `gymserver_`+h+`_seconds_count{env="mem"} 0`)
+	}
+	for _, w := range want {
+		if !strings.Contains(body, w+"\n") {
+			t.Errorf("/metrics lacks %s", w)
+		}
+	}
+	if n := len(gym.Classes()); n != 12 {
+		t.Errorf("gym.Classes() has %d classes, want the 12 of PROTOCOL.md §6", n)
+	}
+}

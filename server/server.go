@@ -223,8 +223,12 @@ func New(o Options) (*Server, error) {
 		defer s.mu.Unlock()
 		return float64(len(s.sessions))
 	}
-	s.metrics = newMetrics(containers)
 	s.forkers = forkers(o.Registry)
+	var envIDs []string
+	for _, spec := range o.Registry.Specs() {
+		envIDs = append(envIDs, spec.ID)
+	}
+	s.metrics = newMetrics(containers, envIDs, s.forkers)
 	ops := wire.Ops()
 	caps := []string{wire.CapPipelining, wire.CapMultiSession, wire.CapMultiCall, wire.CapRawText, wire.CapEvaluate}
 	if len(s.forkers) > 0 {
