@@ -554,14 +554,20 @@ func (s *Server) reap() {
 		case <-s.stop:
 			return
 		case now := <-t.C:
-			var idle []*session
 			s.mu.Lock()
+			all := make([]*session, 0, len(s.sessions))
 			for sess := range s.sessions {
-				if sess.idleSince(now) >= s.opts.IdleSessionTTL {
+				all = append(all, sess)
+			}
+			s.mu.Unlock()
+			// Locks are never nested: the sessions are checked after
+			// s.mu is released.
+			var idle []*session
+			for _, sess := range all {
+				if sess.expireIfIdle(now, s.opts.IdleSessionTTL) {
 					idle = append(idle, sess)
 				}
 			}
-			s.mu.Unlock()
 			if len(idle) == 0 {
 				continue
 			}
