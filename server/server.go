@@ -387,10 +387,16 @@ func (s *Server) upgrade(w http.ResponseWriter, r *http.Request) {
 			"subprotocol %s not offered (Sec-WebSocket-Protocol: %q)", wire.Subprotocol, r.Header.Get("Sec-WebSocket-Protocol")))
 		return
 	}
+	// Refused after the request checks (the token, then the upgrade and
+	// subprotocol): a drain does not hide a mistake in the request.
+	if s.draining.Load() {
+		s.httpError(w, http.StatusServiceUnavailable, errDraining())
+		return
+	}
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
-		s.httpError(w, http.StatusServiceUnavailable, errorf(gym.ClassUnavailable, wire.ReasonDraining, "server is shutting down"))
+		s.httpError(w, http.StatusServiceUnavailable, errDraining())
 		return
 	}
 	s.connWG.Add(1)
@@ -427,8 +433,12 @@ func (s *Server) upgrade(w http.ResponseWriter, r *http.Request) {
 	s.mu.Unlock()
 }
 
-// Serve serves HTTP on ln until ctx ends, then drains (Shutdown with
-// DrainTimeout) and returns. Cancelling ctx is not an error.
+// Serve serves HTTP on ln until ctx ends, then drains (Shutdown) and
+// returns. While the drain runs, ln stays open: /healthz answers 503 and
+// new WebSocket upgrades are refused with 503 unavailable/draining, so that
+// load balancers and clients see a draining server, not a refused
+// connection; ln closes when the drain ends. Cancelling ctx is not an
+// error.
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	hs := &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 30 * time.Second}
 	errc := make(chan error, 1)
@@ -442,13 +452,12 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	s.log.Info("draining", "timeout", s.opts.DrainTimeout)
 	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.opts.DrainTimeout)
 	defer cancel()
-	// Stop accepting connections while the drain runs; hijacked
-	// connections are drained by Shutdown itself.
-	hsDone := make(chan error, 1)
-	go func() { hsDone <- hs.Shutdown(dctx) }()
+	// hs keeps serving while the drain runs; hijacked connections are
+	// drained by Shutdown itself.
 	err := s.Shutdown(dctx)
-	if herr := <-hsDone; herr != nil && !errors.Is(herr, context.DeadlineExceeded) {
-		err = errors.Join(err, herr)
+	// Now close the listener, and wait for plain HTTP requests.
+	if herr := hs.Shutdown(dctx); herr != nil {
+		hs.Close()
 	}
 	<-errc
 	return err
