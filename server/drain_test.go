@@ -3,8 +3,11 @@ package server_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -13,6 +16,7 @@ import (
 
 	gymclient "github.com/gymserver/gymserver/clients/go"
 	"github.com/gymserver/gymserver/gym"
+	"github.com/gymserver/gymserver/gym/gymtest"
 	"github.com/gymserver/gymserver/server"
 	"github.com/gymserver/gymserver/server/wire"
 )
@@ -110,5 +114,109 @@ func TestDrainKeepsListening(t *testing.T) {
 	}
 	if _, _, err := healthz(); err == nil {
 		t.Errorf("/healthz answered after the drain ended, want the listener closed")
+	}
+}
+
+// TestShutdownSlowClient checks that a client that does not read holds up
+// neither the going-away of the other connections nor Shutdown beyond its
+// context, and that Shutdown then reports that it gave up.
+func TestShutdownSlowClient(t *testing.T) {
+	// Every envs answer is about 100 KB, and a write may take as long as
+	// the heartbeat timeout (3 × 20s) before the server gives up on it.
+	env := gymtest.NewEnv("mem", gymtest.Task{ID: "big", Prompt: strings.Repeat("x", 100<<10)})
+	ts := startServer(t, server.Options{PingInterval: 20 * time.Second}, env)
+	stop := ts.stop
+	ts.stop = func() error { stop(); return nil } // Shutdown's error is checked below
+
+	healthy := dialRaw(t, ts, nil)
+	var r wire.ResetResult
+	healthy.call(wire.Request{ID: 1, Op: wire.OpReset, Env: "mem"}, &r)
+
+	// The slow client asks for far more than the socket buffers and the
+	// server's queue hold, and never reads: the server's writer blocks, its
+	// queue fills, and its reader stops reading.
+	slow := dialRaw(t, ts, nil)
+	const n = 1000
+	go func() {
+		for i := range n {
+			f, _ := wire.Encode(wire.Request{ID: uint64(1 + i), Op: wire.OpEnvs})
+			if slow.ws.WriteMessage(websocket.BinaryMessage, f) != nil {
+				return
+			}
+		}
+	}()
+	envsCount := regexp.MustCompile(`gymserver_requests_total\{op="envs"\} (\d+)`)
+	last, since := -1, time.Now()
+	waitFor(t, "the slow connection to stop being read", 30*time.Second, func() bool {
+		m := envsCount.FindStringSubmatch(scrape(t, ts))
+		k, _ := strconv.Atoi(m[1])
+		if k != last {
+			last, since = k, time.Now()
+		}
+		return k > 0 && time.Since(since) > 300*time.Millisecond
+	})
+	t.Logf("the server read %d of the slow client's %d requests", last, n)
+	if last >= n {
+		t.Fatalf("the server read all %d requests of the slow client; it should be blocked", n)
+	}
+
+	const bound = 2 * time.Second
+	ctx, cancel := context.WithTimeout(context.Background(), bound)
+	defer cancel()
+	start := time.Now()
+	shutdownc := make(chan error, 1)
+	go func() { shutdownc <- ts.Shutdown(ctx) }()
+
+	// The healthy connection is told at once.
+	healthy.ws.SetReadDeadline(time.Now().Add(bound / 2))
+	var closeErr *websocket.CloseError
+	for {
+		_, _, err := healthy.ws.ReadMessage()
+		if err == nil {
+			continue
+		}
+		if !errors.As(err, &closeErr) || closeErr.Code != websocket.CloseGoingAway {
+			t.Errorf("healthy connection: %v after %s, want close 1001 at once", err, time.Since(start))
+		}
+		break
+	}
+	select {
+	case err := <-shutdownc:
+		if took := time.Since(start); took > bound+time.Second {
+			t.Errorf("Shutdown returned after %s, want about its context's %s", took, bound)
+		}
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("Shutdown: %v, want an error wrapping context.DeadlineExceeded", err)
+		}
+	case <-time.After(bound + 10*time.Second):
+		t.Fatalf("Shutdown still running %s after its context ended", 10*time.Second)
+	}
+	waitFor(t, "the sessions to close", 10*time.Second, func() bool { return len(env.OpenSessions()) == 0 })
+}
+
+// TestShutdownReturnsCloseErrors checks that Shutdown reports the sessions
+// it could not close.
+func TestShutdownReturnsCloseErrors(t *testing.T) {
+	mem := memEnv()
+	reg, err := gym.NewRegistry(closeHookEnv{Env: mem, hook: func(_ context.Context, id string) error {
+		return gym.Errorf(gym.ClassSandbox, "session %s: close sandbox: engine gone", id)
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := startServer(t, server.Options{Registry: reg}, mem)
+	stop := ts.stop
+	ts.stop = func() error { stop(); return nil } // Shutdown's error is checked below
+	c := dial(t, ts, gymclient.Options{})
+	s, _, err := c.Reset(t.Context(), "mem", gym.ResetRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = ts.Shutdown(t.Context())
+	if err == nil || !strings.Contains(err.Error(), s.ID()) || !strings.Contains(err.Error(), "engine gone") || gym.ClassOf(err) != gym.ClassSandbox {
+		t.Errorf("Shutdown: %v, want the sandbox error of session %s", err, s.ID())
+	}
+	if err2 := ts.Shutdown(t.Context()); err2 != err {
+		t.Errorf("second Shutdown: %v, want the first's %v", err2, err)
 	}
 }

@@ -51,31 +51,33 @@ func (b *logBuffer) count(t *testing.T, msg, attr string) map[string]int {
 	return n
 }
 
-// slowCloseEnv is a gymtest.Env whose sessions' Close waits for release.
-type slowCloseEnv struct {
+// closeHookEnv is a gymtest.Env whose sessions call hook before they
+// close; the hook's error is Close's.
+type closeHookEnv struct {
 	*gymtest.Env
-	release <-chan struct{}
+	hook func(ctx context.Context, id string) error
 }
 
-func (e slowCloseEnv) Reset(ctx context.Context, req gym.ResetRequest) (gym.Session, gym.Reset, error) {
+func (e closeHookEnv) Reset(ctx context.Context, req gym.ResetRequest) (gym.Session, gym.Reset, error) {
 	s, r, err := e.Env.Reset(ctx, req)
 	if err != nil {
 		return nil, r, err
 	}
-	return slowCloseSession{Session: s, release: e.release}, r, nil
+	return closeHookSession{Session: s, hook: e.hook}, r, nil
 }
 
-type slowCloseSession struct {
+type closeHookSession struct {
 	gym.Session
-	release <-chan struct{}
+	hook func(ctx context.Context, id string) error
 }
 
-func (s slowCloseSession) Close(ctx context.Context) (gym.Result, error) {
-	select {
-	case <-s.release:
-	case <-ctx.Done():
+func (s closeHookSession) Close(ctx context.Context) (gym.Result, error) {
+	herr := s.hook(ctx, s.ID())
+	res, err := s.Session.Close(ctx)
+	if herr != nil {
+		return res, herr
 	}
-	return s.Session.Close(ctx)
+	return res, err
 }
 
 // TestReaperPicksSessionOnce checks that a sweep of the idle reaper does
@@ -85,7 +87,13 @@ func TestReaperPicksSessionOnce(t *testing.T) {
 	const ttl = 400 * time.Millisecond
 	release := make(chan struct{})
 	mem := memEnv()
-	reg, err := gym.NewRegistry(slowCloseEnv{Env: mem, release: release})
+	reg, err := gym.NewRegistry(closeHookEnv{Env: mem, hook: func(ctx context.Context, _ string) error {
+		select {
+		case <-release:
+		case <-ctx.Done():
+		}
+		return nil
+	}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -75,10 +75,11 @@ type Options struct {
 	// PingInterval is the heartbeat period; a connection silent for three
 	// periods is closed.
 	PingInterval time.Duration
-	// DrainTimeout bounds how long Serve waits for in-flight requests when
-	// its context ends, before cancelling them.
+	// DrainTimeout bounds how long Shutdown lets in-flight requests
+	// finish before cancelling them.
 	DrainTimeout time.Duration
 	// CloseTimeout bounds the closing of one session (sandbox removal).
+	// Serve gives Shutdown DrainTimeout plus CloseTimeout in all.
 	CloseTimeout time.Duration
 }
 
@@ -186,6 +187,7 @@ type Server struct {
 
 	draining     atomic.Bool
 	shutdownOnce sync.Once
+	shutdownErr  error // Shutdown's result, written in shutdownOnce
 	inflight     tracker
 	bg           sync.WaitGroup // reaper and expiry goroutines
 	stop         chan struct{}  // closed by Shutdown to stop the reaper
@@ -443,41 +445,56 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	hs := &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 30 * time.Second}
 	errc := make(chan error, 1)
 	go func() { errc <- hs.Serve(ln) }()
+	var serveErr error
 	select {
 	case err := <-errc:
-		s.Shutdown(context.WithoutCancel(ctx))
-		return fmt.Errorf("serve %s: %w", ln.Addr(), err)
+		serveErr = fmt.Errorf("serve %s: %w", ln.Addr(), err)
 	case <-ctx.Done():
 	}
 	s.log.Info("draining", "timeout", s.opts.DrainTimeout)
-	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.opts.DrainTimeout)
+	// In-flight requests get DrainTimeout (see Shutdown), the closing of
+	// sessions and connections after them CloseTimeout.
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.opts.DrainTimeout+s.opts.CloseTimeout)
 	defer cancel()
 	// hs keeps serving while the drain runs; hijacked connections are
 	// drained by Shutdown itself.
-	err := s.Shutdown(dctx)
+	err := s.Shutdown(sctx)
 	// Now close the listener, and wait for plain HTTP requests.
-	if herr := hs.Shutdown(dctx); herr != nil {
+	if herr := hs.Shutdown(sctx); herr != nil {
 		hs.Close()
+	}
+	if serveErr != nil {
+		return errors.Join(serveErr, err)
 	}
 	<-errc
 	return err
 }
 
-// Shutdown drains the server: new sessions, steps and evaluations are
-// refused, in-flight requests finish (until ctx ends, then they are
-// cancelled), every session is closed and every connection gets a going-away
-// close frame. Shutdown returns when all of that is done; it is safe to call
-// more than once.
+// Shutdown drains the server: new connections, sessions, steps and
+// evaluations are refused; in-flight requests finish (for DrainTimeout at
+// most, then they are cancelled); every session is closed, every snapshot
+// dropped, and every connection gets a going-away close frame after the
+// answers already queued for it, all connections at once, so that a slow
+// client holds up only itself.
+//
+// ctx bounds the whole shutdown. If it ends first, Shutdown cancels what
+// still runs, closes every connection without a close frame and returns an
+// error wrapping ctx.Err(); sessions still closing then finish on their
+// own, each within CloseTimeout. Shutdown also returns the errors of
+// closing the sessions. It runs once: later calls wait for it and return
+// the same error.
 func (s *Server) Shutdown(ctx context.Context) error {
-	s.shutdownOnce.Do(func() { s.shutdown(ctx) })
-	return nil
+	s.shutdownOnce.Do(func() { s.shutdownErr = s.shutdown(ctx) })
+	return s.shutdownErr
 }
 
-func (s *Server) shutdown(ctx context.Context) {
+func (s *Server) shutdown(ctx context.Context) error {
 	s.draining.Store(true)
-	if err := s.inflight.wait(ctx); err != nil {
+	dctx, cancel := context.WithTimeout(ctx, s.opts.DrainTimeout)
+	if err := s.inflight.wait(dctx); err != nil {
 		s.log.Warn("drain timed out; cancelling in-flight requests", "inflight", s.inflight.count())
 	}
+	cancel()
 	s.cancelBase()
 
 	s.mu.Lock()
@@ -492,13 +509,38 @@ func (s *Server) shutdown(ctx context.Context) {
 	}
 	s.mu.Unlock()
 	close(s.stop)
-	closeAll(sessions, false)
 	for _, c := range conns {
 		c.goAway()
 	}
-	s.connWG.Wait()
-	s.bg.Wait()
-	s.log.Info("drained", "sessions_closed", len(sessions), "connections", len(conns))
+	// The connections' teardowns close their sessions too; closing them
+	// all here, in parallel, collects the errors.
+	done := make(chan error, 1)
+	go func() {
+		err := closeAll(sessions, false)
+		s.connWG.Wait()
+		s.bg.Wait()
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		s.log.Info("drained", "sessions_closed", len(sessions), "connections", len(conns))
+		if err != nil {
+			return fmt.Errorf("shutdown: %w", err)
+		}
+		return nil
+	case <-ctx.Done():
+	}
+	// Out of time: drop every connection at once; their readers end, and
+	// their teardowns only wait for session closes, which are bounded.
+	for _, c := range conns {
+		c.ws.Close()
+	}
+	s.mu.Lock()
+	left := len(s.sessions)
+	leftConns := len(s.conns)
+	s.mu.Unlock()
+	s.log.Warn("shutdown timed out", "sessions_left", left, "connections_left", leftConns)
+	return fmt.Errorf("shutdown: %d sessions and %d connections still closing: %w", left, leftConns, ctx.Err())
 }
 
 // Listen listens on addr for Serve. It refuses a non-loopback address when

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"time"
 
@@ -127,15 +128,18 @@ func (s *session) close(expired bool) (gym.Result, error) {
 	return s.result, s.closeErr
 }
 
-// closeAll closes sessions in parallel.
-func closeAll(sessions []*session, expired bool) {
+// closeAll closes sessions in parallel and returns their close errors,
+// joined (each names its session).
+func closeAll(sessions []*session, expired bool) error {
 	var g errgroup.Group
 	g.SetLimit(32)
-	for _, s := range sessions {
+	errs := make([]error, len(sessions))
+	for i, s := range sessions {
 		g.Go(func() error {
-			s.close(expired)
+			_, errs[i] = s.close(expired)
 			return nil
 		})
 	}
 	g.Wait()
+	return errors.Join(errs...)
 }
