@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"net"
 	"net/http"
 	"strings"
 	"testing"
@@ -370,9 +371,21 @@ func TestHeartbeats(t *testing.T) {
 		rc.ws.SetPingHandler(func(string) error { return nil }) // never pong
 		rc.ws.SetReadDeadline(time.Now().Add(10 * time.Second))
 		for {
-			if _, _, err := rc.ws.ReadMessage(); err != nil {
-				break // the server closed the connection
+			_, _, err := rc.ws.ReadMessage()
+			if err == nil {
+				continue
 			}
+			// The server drops the TCP connection without a close frame
+			// (PROTOCOL.md §1): the client sees an abnormal closure.
+			var ce *websocket.CloseError
+			if errors.As(err, &ce) && ce.Code != websocket.CloseAbnormalClosure {
+				t.Errorf("silent client: %v, want the connection dropped without a close frame", err)
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				t.Fatalf("silent client: %v, want the server to drop the connection", err)
+			}
+			break
 		}
 		waitFor(t, "the silent client's session to close", 10*time.Second, func() bool {
 			for _, id := range ts.env.OpenSessions() {
