@@ -106,6 +106,15 @@ func findClass(err error) (ErrorClass, bool) {
 	return ClassNone, false
 }
 
+// Classes returns every error class except ClassNone, in a fixed order.
+func Classes() []ErrorClass {
+	out := make([]ErrorClass, len(sentinels))
+	for i, s := range sentinels {
+		out[i] = s.class
+	}
+	return out
+}
+
 // Sentinel returns the sentinel error of class c, or ErrInternal for an
 // unknown class. Clients use it to rebuild classified errors from the wire.
 func Sentinel(c ErrorClass) error {

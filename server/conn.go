@@ -38,6 +38,8 @@ type conn struct {
 	out        chan []byte   // frames for the writer
 	quit       chan struct{} // closed to stop the writer
 	writerDone chan struct{} // closed when the writer has stopped
+	away       chan struct{} // closed by goAway
+	awayOnce   sync.Once
 	handlers   sync.WaitGroup
 	inflight   atomic.Int64
 	// queued is the decoded size of the requests holding a slot: read,
@@ -69,6 +71,7 @@ func newConn(s *Server, ws *websocket.Conn, remote string) *conn {
 		out:        make(chan []byte, 256),
 		quit:       make(chan struct{}),
 		writerDone: make(chan struct{}),
+		away:       make(chan struct{}),
 		pongWait:   3 * s.opts.PingInterval,
 		sessions:   make(map[string]*session),
 		tombs:      make(map[string]*session),
@@ -138,20 +141,21 @@ func (c *conn) write() {
 	for {
 		select {
 		case f := <-c.out:
-			if f == nil {
-				// goAway's marker: every frame queued before it is
-				// written; now say goodbye and stop the reader.
-				msg := websocket.FormatCloseMessage(websocket.CloseGoingAway, "server shutting down")
-				c.ws.WriteControl(websocket.CloseMessage, msg, time.Now().Add(time.Second))
-				c.ws.Close()
+			if !c.writeFrame(f) {
 				return
 			}
-			c.ws.SetWriteDeadline(time.Now().Add(c.pongWait))
-			if err := c.ws.WriteMessage(websocket.BinaryMessage, f); err != nil {
-				c.log.Debug("write failed", "err", err)
-				c.ws.Close() // stops the reader
-				return
+		case <-c.away:
+			// Write the frames queued so far (the drained requests'
+			// answers) first, then say goodbye and stop the reader.
+			for n := len(c.out); n > 0; n-- {
+				if !c.writeFrame(<-c.out) {
+					return
+				}
 			}
+			msg := websocket.FormatCloseMessage(websocket.CloseGoingAway, "server shutting down")
+			c.ws.WriteControl(websocket.CloseMessage, msg, time.Now().Add(time.Second))
+			c.ws.Close()
+			return
 		case <-ping.C:
 			if err := c.ws.WriteControl(websocket.PingMessage, nil, time.Now().Add(c.pongWait)); err != nil {
 				c.ws.Close()
@@ -161,6 +165,18 @@ func (c *conn) write() {
 			return
 		}
 	}
+}
+
+// writeFrame writes one frame; on failure it closes the WebSocket, which
+// stops the reader, and returns false.
+func (c *conn) writeFrame(f []byte) bool {
+	c.ws.SetWriteDeadline(time.Now().Add(c.pongWait))
+	if err := c.ws.WriteMessage(websocket.BinaryMessage, f); err != nil {
+		c.log.Debug("write failed", "err", err)
+		c.ws.Close()
+		return false
+	}
+	return true
 }
 
 // send queues a frame for the writer; it gives up when the writer has
@@ -214,11 +230,11 @@ func (c *conn) teardown() {
 }
 
 // goAway tells the client the server is going away, after the responses
-// already queued, and closes the connection; serve then tears it down.
+// already queued, and closes the connection; serve then tears it down. It
+// never blocks: the writer does the work, so a slow client holds up only
+// its own connection.
 func (c *conn) goAway() {
-	// The marker goes through the writer's queue, so responses already
-	// queued (the drained requests' answers) reach the client first.
-	c.send(nil)
+	c.awayOnce.Do(func() { close(c.away) })
 }
 
 // dispatch decodes one frame and starts its request.
@@ -227,6 +243,15 @@ func (c *conn) dispatch(frame []byte) {
 	if err := wire.Decode(frame, &req); err != nil {
 		id, _ := wire.PeekID(frame)
 		c.reply(id, nil, err)
+		return
+	}
+	if id, err := checkID(frame, req.ID); err != nil {
+		c.reply(id, nil, err)
+		return
+	}
+	if req.Op == "" {
+		c.reply(req.ID, nil, errorf(gym.ClassInvalidArgument, wire.ReasonBadRequest,
+			"field op is required (one of %s)", strings.Join(c.srv.hello.Ops, ", ")))
 		return
 	}
 	c.srv.metrics.requests.WithLabelValues(metricOp(req.Op)).Inc()
@@ -271,6 +296,33 @@ func (c *conn) dispatch(frame []byte) {
 	}
 }
 
+// checkID checks the id of a decoded request, decoded as id from frame: it
+// must be an integer from 1 to wire.MaxID. When it is not, checkID returns
+// the id to answer with, the request's own if it is a readable unsigned
+// integer, else 0, and a bad_request error.
+func checkID(frame []byte, id uint64) (uint64, error) {
+	if id >= 1 && id <= wire.MaxID {
+		return id, nil
+	}
+	// The decoder reads a negative id as its two's complement; PeekID
+	// reads only non-negative integers.
+	peeked, ok := wire.PeekID(frame)
+	switch {
+	case ok && peeked == 0:
+		return 0, errorf(gym.ClassInvalidArgument, wire.ReasonBadRequest,
+			"id 0 is not a request id (responses use it for unreadable ids); use 1 … 2^53−1")
+	case ok:
+		return peeked, errorf(gym.ClassInvalidArgument, wire.ReasonBadRequest,
+			"id %d is larger than 2^53−1", peeked)
+	case id != 0:
+		return 0, errorf(gym.ClassInvalidArgument, wire.ReasonBadRequest, "id is negative; use 1 … 2^53−1")
+	}
+	return 0, errorf(gym.ClassInvalidArgument, wire.ReasonBadRequest, "field id is required: an integer from 1 to 2^53−1")
+}
+
+// unknownOp is the op label of requests with an op not in wire.Ops.
+const unknownOp = "unknown"
+
 // metricOp bounds the op label to the known ops.
 func metricOp(op string) string {
 	for _, o := range wire.Ops() {
@@ -278,7 +330,7 @@ func metricOp(op string) string {
 			return op
 		}
 	}
-	return "unknown"
+	return unknownOp
 }
 
 func errDraining() error {

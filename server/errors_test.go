@@ -66,6 +66,8 @@ func TestBadRequestsKeepConnection(t *testing.T) {
 		{"wrong_type_session", encodeMap(t, map[string]any{"id": 33, "op": "step", "session": 42}), false, 33, gym.ClassInvalidArgument, wire.ReasonBadRequest},
 		{"wrong_type_tool_calls", encodeMap(t, map[string]any{"id": 34, "op": "step", "session": live.SessionID, "tool_calls": "echo hi"}), false, 34, gym.ClassInvalidArgument, wire.ReasonBadRequest},
 		{"wrong_type_id", encodeMap(t, map[string]any{"id": "x", "op": "hello"}), false, 0, gym.ClassInvalidArgument, wire.ReasonBadRequest},
+		{"missing_op", encodeMap(t, map[string]any{"id": 36}), false, 36, gym.ClassInvalidArgument, wire.ReasonBadRequest},
+		{"empty_op", encodeMap(t, map[string]any{"id": 37, "op": ""}), false, 37, gym.ClassInvalidArgument, wire.ReasonBadRequest},
 		{"truncated", valid[:len(valid)-3], false, 10, gym.ClassInvalidArgument, wire.ReasonBadFrame},
 		{"trailing_bytes", append(append([]byte{}, valid...), 0xc0), false, 10, gym.ClassInvalidArgument, wire.ReasonBadFrame},
 		{"not_msgpack", []byte("\xc1\xc1 this is not msgpack"), false, 0, gym.ClassInvalidArgument, wire.ReasonBadFrame},
@@ -122,3 +124,52 @@ func mustEncodeAny(t *testing.T, v any) []byte {
 	}
 	return b
 }
+
+// TestRequestIDs checks that only ids from 1 to 2^53−1 are served; the
+// others are refused with bad_request, answered with the id when it is a
+// readable unsigned integer and 0 otherwise.
+func TestRequestIDs(t *testing.T) {
+	ts := startServer(t, server.Options{}, nil)
+	rc := dialRaw(t, ts, nil)
+	tests := []struct {
+		name   string
+		id     any // absent: no id field
+		wantOK bool
+		wantID uint64
+	}{
+		{"one", 1, true, 1},
+		{"max", uint64(wire.MaxID), true, wire.MaxID},
+		{"missing", absent{}, false, 0},
+		{"nil", nil, false, 0},
+		{"zero", 0, false, 0},
+		{"negative", -1, false, 0},
+		{"negative_int64", int64(-1 << 40), false, 0},
+		{"above_max", uint64(wire.MaxID + 1), false, wire.MaxID + 1},
+		{"max_uint64", ^uint64(0), false, ^uint64(0)},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			req := map[string]any{"op": "hello"}
+			if _, ok := tt.id.(absent); !ok {
+				req["id"] = tt.id
+			}
+			rc.send(encodeMap(t, req))
+			r := rc.next()
+			if r.ID != tt.wantID {
+				t.Errorf("response id %d, want %d", r.ID, tt.wantID)
+			}
+			if tt.wantOK {
+				if !r.OK {
+					t.Errorf("got error %+v, want ok", r.Error)
+				}
+				return
+			}
+			if r.OK || r.Error == nil || r.Error.Code != string(gym.ClassInvalidArgument) || r.Error.Reason != wire.ReasonBadRequest {
+				t.Errorf("got ok=%v error %+v, want invalid_argument/bad_request", r.OK, r.Error)
+			}
+		})
+	}
+}
+
+// absent marks a field left out of a request.
+type absent struct{}

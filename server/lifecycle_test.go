@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"net"
 	"net/http"
 	"strings"
 	"testing"
@@ -135,6 +136,28 @@ func TestAuth(t *testing.T) {
 				t.Errorf("/v1/envs: %s %+v", resp.Status, body)
 			}
 		})
+	}
+	// The scheme is case-insensitive (RFC 7235); the token is not.
+	for _, h := range []string{"bearer s3cret", "BEARER s3cret", "Bearer  s3cret"} {
+		ws, resp, err := websocket.DefaultDialer.Dial(ts.url, http.Header{
+			"Authorization": {h}, "Sec-WebSocket-Protocol": {wire.Subprotocol}})
+		if err != nil {
+			t.Errorf("dial with Authorization %q: %v (%v)", h, err, resp)
+			continue
+		}
+		ws.Close()
+	}
+	for _, h := range []string{"Bearer S3CRET", "Basic s3cret", "Bearers3cret", "s3cret"} {
+		req, _ := http.NewRequestWithContext(t.Context(), "GET", "http://"+ts.addr+"/v1/envs", nil)
+		req.Header.Set("Authorization", h)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusUnauthorized {
+			t.Errorf("/v1/envs with Authorization %q: %s, want 401", h, resp.Status)
+		}
 	}
 	if _, err := server.Listen("0.0.0.0:0", ""); err == nil || !strings.Contains(err.Error(), "token") {
 		t.Errorf("listen on all interfaces without a token: %v, want refusal", err)
@@ -348,9 +371,21 @@ func TestHeartbeats(t *testing.T) {
 		rc.ws.SetPingHandler(func(string) error { return nil }) // never pong
 		rc.ws.SetReadDeadline(time.Now().Add(10 * time.Second))
 		for {
-			if _, _, err := rc.ws.ReadMessage(); err != nil {
-				break // the server closed the connection
+			_, _, err := rc.ws.ReadMessage()
+			if err == nil {
+				continue
 			}
+			// The server drops the TCP connection without a close frame
+			// (PROTOCOL.md §1): the client sees an abnormal closure.
+			var ce *websocket.CloseError
+			if errors.As(err, &ce) && ce.Code != websocket.CloseAbnormalClosure {
+				t.Errorf("silent client: %v, want the connection dropped without a close frame", err)
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				t.Fatalf("silent client: %v, want the server to drop the connection", err)
+			}
+			break
 		}
 		waitFor(t, "the silent client's session to close", 10*time.Second, func() bool {
 			for _, id := range ts.env.OpenSessions() {
@@ -383,5 +418,30 @@ func TestClientContextCancel(t *testing.T) {
 	}
 	if _, err := c.Hello(t.Context()); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestMetricsStartAtZero checks that every labelled series with a known
+// label value is exported before its first event.
+func TestMetricsStartAtZero(t *testing.T) {
+	ts := startServer(t, server.Options{}, nil)
+	body := scrape(t, ts)
+	var want []string
+	for _, op := range append(wire.Ops(), "unknown") {
+		want = append(want, `gymserver_requests_total{op="`+op+`"} 0`)
+	}
+	for _, c := range gym.Classes() {
+		want = append(want, `gymserver_errors_total{code="`+string(c)+`"} 0`)
+	}
+	for _, h := range []string{"step", "reset", "snapshot", "fork"} {
+		want = append(want, `gymserver_`+h+`_seconds_count{env="mem"} 0`)
+	}
+	for _, w := range want {
+		if !strings.Contains(body, w+"\n") {
+			t.Errorf("/metrics lacks %s", w)
+		}
+	}
+	if n := len(gym.Classes()); n != 12 {
+		t.Errorf("gym.Classes() has %d classes, want the 12 of PROTOCOL.md §6", n)
 	}
 }

@@ -3,6 +3,9 @@ package server
 import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/gymserver/gymserver/gym"
+	"github.com/gymserver/gymserver/server/wire"
 )
 
 // metrics are the server's Prometheus metrics, on a registry of its own.
@@ -24,7 +27,11 @@ type metrics struct {
 // command or a cold reset).
 var latencyBuckets = prometheus.ExponentialBuckets(50e-6, 3, 16)
 
-func newMetrics(containers func() float64) *metrics {
+// newMetrics returns the metrics, with every labelled series of a known
+// label value already present (at zero), so that dashboards and rate()
+// see them before their first event: the ops and "unknown", the error
+// codes, and envs (snapshot and fork only for the envs in forkers).
+func newMetrics(containers func() float64, envs []string, forkers map[string]gym.Forker) *metrics {
 	m := &metrics{
 		reg: prometheus.NewRegistry(),
 		sessions: prometheus.NewGauge(prometheus.GaugeOpts{
@@ -66,5 +73,19 @@ func newMetrics(containers func() float64) *metrics {
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)
+	for _, op := range append(wire.Ops(), unknownOp) {
+		m.requests.WithLabelValues(op)
+	}
+	for _, c := range gym.Classes() {
+		m.errors.WithLabelValues(string(c))
+	}
+	for _, env := range envs {
+		m.step.WithLabelValues(env)
+		m.reset.WithLabelValues(env)
+		if _, ok := forkers[env]; ok {
+			m.snapshot.WithLabelValues(env)
+			m.fork.WithLabelValues(env)
+		}
+	}
 	return m
 }

@@ -75,10 +75,11 @@ type Options struct {
 	// PingInterval is the heartbeat period; a connection silent for three
 	// periods is closed.
 	PingInterval time.Duration
-	// DrainTimeout bounds how long Serve waits for in-flight requests when
-	// its context ends, before cancelling them.
+	// DrainTimeout bounds how long Shutdown lets in-flight requests
+	// finish before cancelling them.
 	DrainTimeout time.Duration
 	// CloseTimeout bounds the closing of one session (sandbox removal).
+	// Serve gives Shutdown DrainTimeout plus CloseTimeout in all.
 	CloseTimeout time.Duration
 }
 
@@ -186,6 +187,7 @@ type Server struct {
 
 	draining     atomic.Bool
 	shutdownOnce sync.Once
+	shutdownErr  error // Shutdown's result, written in shutdownOnce
 	inflight     tracker
 	bg           sync.WaitGroup // reaper and expiry goroutines
 	stop         chan struct{}  // closed by Shutdown to stop the reaper
@@ -223,8 +225,12 @@ func New(o Options) (*Server, error) {
 		defer s.mu.Unlock()
 		return float64(len(s.sessions))
 	}
-	s.metrics = newMetrics(containers)
 	s.forkers = forkers(o.Registry)
+	var envIDs []string
+	for _, spec := range o.Registry.Specs() {
+		envIDs = append(envIDs, spec.ID)
+	}
+	s.metrics = newMetrics(containers, envIDs, s.forkers)
 	ops := wire.Ops()
 	caps := []string{wire.CapPipelining, wire.CapMultiSession, wire.CapMultiCall, wire.CapRawText, wire.CapEvaluate}
 	if len(s.forkers) > 0 {
@@ -331,8 +337,8 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if s.opts.Token != "" {
 			h := r.Header.Get("Authorization")
-			tok, ok := strings.CutPrefix(h, "Bearer ")
-			if !ok || subtle.ConstantTimeCompare([]byte(strings.TrimSpace(tok)), []byte(s.opts.Token)) != 1 {
+			tok, ok := bearerToken(h)
+			if !ok || subtle.ConstantTimeCompare([]byte(tok), []byte(s.opts.Token)) != 1 {
 				msg := "missing bearer token"
 				if h != "" {
 					msg = "wrong bearer token"
@@ -344,6 +350,16 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 		}
 		next.ServeHTTP(w, r)
 	})
+}
+
+// bearerToken returns the token of an Authorization header value of the
+// Bearer scheme. The scheme name is case-insensitive (RFC 7235 §2.1).
+func bearerToken(h string) (string, bool) {
+	scheme, tok, ok := strings.Cut(strings.TrimSpace(h), " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return "", false
+	}
+	return strings.TrimSpace(tok), true
 }
 
 // httpError writes err as the JSON error object of PROTOCOL.md.
@@ -373,10 +389,16 @@ func (s *Server) upgrade(w http.ResponseWriter, r *http.Request) {
 			"subprotocol %s not offered (Sec-WebSocket-Protocol: %q)", wire.Subprotocol, r.Header.Get("Sec-WebSocket-Protocol")))
 		return
 	}
+	// Refused after the request checks (the token, then the upgrade and
+	// subprotocol): a drain does not hide a mistake in the request.
+	if s.draining.Load() {
+		s.httpError(w, http.StatusServiceUnavailable, errDraining())
+		return
+	}
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
-		s.httpError(w, http.StatusServiceUnavailable, errorf(gym.ClassUnavailable, wire.ReasonDraining, "server is shutting down"))
+		s.httpError(w, http.StatusServiceUnavailable, errDraining())
 		return
 	}
 	s.connWG.Add(1)
@@ -413,48 +435,66 @@ func (s *Server) upgrade(w http.ResponseWriter, r *http.Request) {
 	s.mu.Unlock()
 }
 
-// Serve serves HTTP on ln until ctx ends, then drains (Shutdown with
-// DrainTimeout) and returns. Cancelling ctx is not an error.
+// Serve serves HTTP on ln until ctx ends, then drains (Shutdown) and
+// returns. While the drain runs, ln stays open: /healthz answers 503 and
+// new WebSocket upgrades are refused with 503 unavailable/draining, so that
+// load balancers and clients see a draining server, not a refused
+// connection; ln closes when the drain ends. Cancelling ctx is not an
+// error.
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	hs := &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 30 * time.Second}
 	errc := make(chan error, 1)
 	go func() { errc <- hs.Serve(ln) }()
+	var serveErr error
 	select {
 	case err := <-errc:
-		s.Shutdown(context.WithoutCancel(ctx))
-		return fmt.Errorf("serve %s: %w", ln.Addr(), err)
+		serveErr = fmt.Errorf("serve %s: %w", ln.Addr(), err)
 	case <-ctx.Done():
 	}
 	s.log.Info("draining", "timeout", s.opts.DrainTimeout)
-	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.opts.DrainTimeout)
+	// In-flight requests get DrainTimeout (see Shutdown), the closing of
+	// sessions and connections after them CloseTimeout.
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.opts.DrainTimeout+s.opts.CloseTimeout)
 	defer cancel()
-	// Stop accepting connections while the drain runs; hijacked
-	// connections are drained by Shutdown itself.
-	hsDone := make(chan error, 1)
-	go func() { hsDone <- hs.Shutdown(dctx) }()
-	err := s.Shutdown(dctx)
-	if herr := <-hsDone; herr != nil && !errors.Is(herr, context.DeadlineExceeded) {
-		err = errors.Join(err, herr)
+	// hs keeps serving while the drain runs; hijacked connections are
+	// drained by Shutdown itself.
+	err := s.Shutdown(sctx)
+	// Now close the listener, and wait for plain HTTP requests.
+	if herr := hs.Shutdown(sctx); herr != nil {
+		hs.Close()
+	}
+	if serveErr != nil {
+		return errors.Join(serveErr, err)
 	}
 	<-errc
 	return err
 }
 
-// Shutdown drains the server: new sessions, steps and evaluations are
-// refused, in-flight requests finish (until ctx ends, then they are
-// cancelled), every session is closed and every connection gets a going-away
-// close frame. Shutdown returns when all of that is done; it is safe to call
-// more than once.
+// Shutdown drains the server: new connections, sessions, steps and
+// evaluations are refused; in-flight requests finish (for DrainTimeout at
+// most, then they are cancelled); every session is closed, every snapshot
+// dropped, and every connection gets a going-away close frame after the
+// answers already queued for it, all connections at once, so that a slow
+// client holds up only itself.
+//
+// ctx bounds the whole shutdown. If it ends first, Shutdown cancels what
+// still runs, closes every connection without a close frame and returns an
+// error wrapping ctx.Err(); sessions still closing then finish on their
+// own, each within CloseTimeout. Shutdown also returns the errors of
+// closing the sessions. It runs once: later calls wait for it and return
+// the same error.
 func (s *Server) Shutdown(ctx context.Context) error {
-	s.shutdownOnce.Do(func() { s.shutdown(ctx) })
-	return nil
+	s.shutdownOnce.Do(func() { s.shutdownErr = s.shutdown(ctx) })
+	return s.shutdownErr
 }
 
-func (s *Server) shutdown(ctx context.Context) {
+func (s *Server) shutdown(ctx context.Context) error {
 	s.draining.Store(true)
-	if err := s.inflight.wait(ctx); err != nil {
+	dctx, cancel := context.WithTimeout(ctx, s.opts.DrainTimeout)
+	if err := s.inflight.wait(dctx); err != nil {
 		s.log.Warn("drain timed out; cancelling in-flight requests", "inflight", s.inflight.count())
 	}
+	cancel()
 	s.cancelBase()
 
 	s.mu.Lock()
@@ -469,13 +509,38 @@ func (s *Server) shutdown(ctx context.Context) {
 	}
 	s.mu.Unlock()
 	close(s.stop)
-	closeAll(sessions, false)
 	for _, c := range conns {
 		c.goAway()
 	}
-	s.connWG.Wait()
-	s.bg.Wait()
-	s.log.Info("drained", "sessions_closed", len(sessions), "connections", len(conns))
+	// The connections' teardowns close their sessions too; closing them
+	// all here, in parallel, collects the errors.
+	done := make(chan error, 1)
+	go func() {
+		err := closeAll(sessions, false)
+		s.connWG.Wait()
+		s.bg.Wait()
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		s.log.Info("drained", "sessions_closed", len(sessions), "connections", len(conns))
+		if err != nil {
+			return fmt.Errorf("shutdown: %w", err)
+		}
+		return nil
+	case <-ctx.Done():
+	}
+	// Out of time: drop every connection at once; their readers end, and
+	// their teardowns only wait for session closes, which are bounded.
+	for _, c := range conns {
+		c.ws.Close()
+	}
+	s.mu.Lock()
+	left := len(s.sessions)
+	leftConns := len(s.conns)
+	s.mu.Unlock()
+	s.log.Warn("shutdown timed out", "sessions_left", left, "connections_left", leftConns)
+	return fmt.Errorf("shutdown: %d sessions and %d connections still closing: %w", left, leftConns, ctx.Err())
 }
 
 // Listen listens on addr for Serve. It refuses a non-loopback address when
@@ -540,14 +605,20 @@ func (s *Server) reap() {
 		case <-s.stop:
 			return
 		case now := <-t.C:
-			var idle []*session
 			s.mu.Lock()
+			all := make([]*session, 0, len(s.sessions))
 			for sess := range s.sessions {
-				if sess.idleSince(now) >= s.opts.IdleSessionTTL {
+				all = append(all, sess)
+			}
+			s.mu.Unlock()
+			// Locks are never nested: the sessions are checked after
+			// s.mu is released.
+			var idle []*session
+			for _, sess := range all {
+				if sess.expireIfIdle(now, s.opts.IdleSessionTTL) {
 					idle = append(idle, sess)
 				}
 			}
-			s.mu.Unlock()
 			if len(idle) == 0 {
 				continue
 			}

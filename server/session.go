@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"time"
 
@@ -86,15 +87,19 @@ func (s *session) closedErr() error {
 	return s.closedError()
 }
 
-// idleSince returns how long the session has been idle at now; zero while
-// a request is queued or running, or once it is closing.
-func (s *session) idleSince(now time.Time) time.Duration {
+// expireIfIdle reports whether the session has had no request queued or
+// running for ttl at now and was not closing yet; if so, it marks the
+// session closing and expired at once, before close(true) runs, so that a
+// later sweep of the reaper does not pick it again and requests arriving
+// meanwhile fail with session_expired.
+func (s *session) expireIfIdle(now time.Time, ttl time.Duration) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.pending > 0 || s.closing {
-		return 0
+	if s.pending > 0 || s.closing || now.Sub(s.lastUsed) < ttl {
+		return false
 	}
-	return now.Sub(s.lastUsed)
+	s.closing, s.expired = true, true
+	return true
 }
 
 // close closes the session once: it stops a running step, removes the
@@ -105,7 +110,8 @@ func (s *session) close(expired bool) (gym.Result, error) {
 	s.closeOnce.Do(func() {
 		s.mu.Lock()
 		s.closing = true
-		s.expired = expired
+		// expireIfIdle may have marked it expired already.
+		s.expired = s.expired || expired
 		s.mu.Unlock()
 		c := s.conn
 		c.forget(s)
@@ -122,15 +128,18 @@ func (s *session) close(expired bool) (gym.Result, error) {
 	return s.result, s.closeErr
 }
 
-// closeAll closes sessions in parallel.
-func closeAll(sessions []*session, expired bool) {
+// closeAll closes sessions in parallel and returns their close errors,
+// joined (each names its session).
+func closeAll(sessions []*session, expired bool) error {
 	var g errgroup.Group
 	g.SetLimit(32)
-	for _, s := range sessions {
+	errs := make([]error, len(sessions))
+	for i, s := range sessions {
 		g.Go(func() error {
-			s.close(expired)
+			_, errs[i] = s.close(expired)
 			return nil
 		})
 	}
 	g.Wait()
+	return errors.Join(errs...)
 }

@@ -9,6 +9,12 @@ const Subprotocol = "gymserver.v1+msgpack"
 // Version is the protocol's major version.
 const Version = 1
 
+// MaxID is the largest request id, 2^53−1: the largest integer that
+// every client language holds exactly (JavaScript numbers are float64).
+// Request ids run from 1 to MaxID; 0 is the id of a response to a request
+// whose id could not be read.
+const MaxID = 1<<53 - 1
+
 // MaxDepth is the deepest nesting of maps and arrays a frame may have.
 const MaxDepth = 64
 
