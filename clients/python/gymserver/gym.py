@@ -313,6 +313,15 @@ class RemoteEnv(_EnvBase):  # type: ignore[misc,valid-type]
         """render returns the last observation text in ``"ansi"`` mode."""
         return self._last_text if self.render_mode == "ansi" else None
 
+    def close_session(self) -> None:
+        """close_session ends the current episode and removes its sandbox, keeping the connection for the next reset. Idempotent."""
+        if self.session is not None:
+            try:
+                self.session.close()
+            finally:
+                self.session = None
+                self._done = True
+
     def close(self) -> None:
         """close closes the current session and, if the env opened it, the connection. Idempotent."""
         if self.session is not None:

@@ -785,8 +785,7 @@ def run_episode(
         agent.terminate_episode(train=False)
         raise
     finally:
-        if env.session is not None:
-            env.session.close()
+        env.close_session()
     return {
         "reward": total,
         "steps": steps,
