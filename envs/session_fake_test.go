@@ -314,3 +314,67 @@ func TestFakeAgentCrashIsScored(t *testing.T) {
 		t.Errorf("evaluation %+v, want an unmasked agent_error with reward 0 and no test run", ev)
 	}
 }
+
+// TestFakeTextActions: the episode logic reads text actions itself, with
+// the action's parser, so the server and an in-process driver cannot
+// differ; every call gets an id unique within the session, whether it was
+// parsed or structured.
+func TestFakeTextActions(t *testing.T) {
+	e, _ := fakeEnv(t, fakePytest)
+	s, _, err := e.Reset(t.Context(), gym.ResetRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close(context.Background())
+	text := func(parser, text string) gym.StepResult {
+		t.Helper()
+		res, err := s.Step(t.Context(), gym.Action{Text: text, Parser: parser})
+		if err != nil {
+			t.Fatalf("%s step: %v", parser, err)
+		}
+		return res
+	}
+	seen := map[string]bool{}
+	checkIDs := func(res gym.StepResult) {
+		t.Helper()
+		for i, c := range res.ToolCalls {
+			if c.ID == "" || seen[c.ID] || res.Observation.Messages[i].ToolCallID != c.ID || res.Info.Calls[i].ID != c.ID {
+				t.Errorf("step %d call %d: id %q (seen before: %v), message answers %q", res.Info.Step, i, c.ID, seen[c.ID], res.Observation.Messages[i].ToolCallID)
+			}
+			seen[c.ID] = true
+		}
+	}
+
+	// The text's own ids are not kept: models repeat them turn after turn.
+	r := text("hermes", `<tool_call>{"id": "call_0", "name": "write_file", "arguments": {"filepath": "a.txt", "content": "hi"}}</tool_call>
+<tool_call>{"name": "read_file", "arguments": {"filepath": "a.txt"}}</tool_call>`)
+	if len(r.ToolCalls) != 2 || r.ToolCalls[0].ID != "call_1_0" || r.ToolCalls[1].ID != "call_1_1" || r.Observation.Messages[1].Content != "hi" {
+		t.Fatalf("hermes step: calls %+v observation %+v", r.ToolCalls, r.Observation)
+	}
+	checkIDs(r)
+	r = text("react", "Action: read_file\nAction Input: {\"filepath\": \"a.txt\"}")
+	if len(r.ToolCalls) != 1 || r.ToolCalls[0].ID != "call_2_0" {
+		t.Fatalf("react step: calls %+v", r.ToolCalls)
+	}
+	checkIDs(r)
+	// Structured calls without an id get the same scheme.
+	r = step(t, s, gym.NewToolCall("", gym.ToolReadFile, `{"filepath": "a.txt"}`))
+	if r.ToolCalls[0].ID != "call_3_0" {
+		t.Fatalf("structured step: calls %+v", r.ToolCalls)
+	}
+	checkIDs(r)
+
+	// A malformed call is an agent_error observation and a counted step.
+	r = text("hermes", `<tool_call>{"name": "read_file", "arguments": {oops</tool_call>`)
+	if r.Info.Step != 4 || r.Info.Actions != 4 || len(r.ToolCalls) != 0 || len(r.Info.Calls) != 1 ||
+		r.Info.Calls[0].ErrorClass != gym.ClassAgent || !strings.Contains(r.Observation.Text, "<tool_call> block 1") {
+		t.Fatalf("malformed text: %+v", r)
+	}
+	// An unknown parser is the caller's error: no step is taken.
+	if _, err := s.Step(t.Context(), gym.Action{Text: "x", Parser: "xml"}); gym.ClassOf(err) != gym.ClassInvalidArgument {
+		t.Fatalf("unknown parser: %v, want invalid_argument", err)
+	}
+	if r = text("json", `{"name": "mark_done"}`); r.Info.Step != 5 || !r.Terminated || r.ToolCalls[0].ID != "call_5_0" {
+		t.Fatalf("json step: %+v", r)
+	}
+}

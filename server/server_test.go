@@ -130,6 +130,43 @@ func TestRawTextParsers(t *testing.T) {
 	}
 }
 
+// TestCallIDsUniqueInSession: calls parsed from text and structured calls
+// without an id get ids from one scheme, unique within the session, and the
+// step result's tool_calls carry them, so a transcript never answers two
+// calls with the same tool_call_id.
+func TestCallIDsUniqueInSession(t *testing.T) {
+	ts := startServer(t, server.Options{}, nil)
+	c := dial(t, ts, gymclient.Options{})
+	ctx := t.Context()
+	s, _, err := c.Reset(ctx, "mem", gym.ResetRequest{Task: "two"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close(ctx)
+	seen := map[string]bool{}
+	for i, text := range []string{
+		`<tool_call>{"name": "execute_command", "arguments": {"command": "echo a"}}</tool_call>`,
+		`<tool_call>{"id": "call_0", "name": "execute_command", "arguments": {"command": "echo b"}}</tool_call>`,
+		"Action: execute_command\nAction Input: {\"command\": \"echo c\"}",
+	} {
+		res, calls, err := s.StepText(ctx, []string{"hermes", "hermes", "react"}[i], text)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(calls) != 1 || seen[calls[0].ID] || calls[0].ID != res.Observation.Messages[0].ToolCallID {
+			t.Fatalf("text step %d: calls %+v, tool message answers %q; ids so far %v", i+1, calls, res.Observation.Messages[0].ToolCallID, seen)
+		}
+		seen[calls[0].ID] = true
+	}
+	res, err := s.Step(ctx, gym.Action{ToolCalls: []gym.ToolCall{tc("", gym.ToolExecuteCommand, `{"command":"echo d"}`)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if id := res.Observation.Messages[0].ToolCallID; seen[id] || id != "call_4_0" {
+		t.Fatalf("structured step: tool message answers %q; ids so far %v", id, seen)
+	}
+}
+
 func TestConcurrentSessionsOnOneConnection(t *testing.T) {
 	ts := startServer(t, server.Options{}, nil)
 	c := dial(t, ts, gymclient.Options{})

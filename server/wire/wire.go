@@ -304,7 +304,8 @@ type StepResult struct {
 	Terminated  bool        `msgpack:"terminated"`
 	Truncated   bool        `msgpack:"truncated"`
 	Info        StepInfo    `msgpack:"info"`
-	// ToolCalls are the calls parsed from a step's text.
+	// ToolCalls are the calls the step ran, with their ids (parsed from
+	// the text of a text step).
 	ToolCalls []ToolCall `msgpack:"tool_calls,omitempty"`
 }
 
