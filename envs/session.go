@@ -3,7 +3,6 @@ package envs
 import (
 	"cmp"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"path"
@@ -275,7 +274,7 @@ func (s *session) dispatch(ctx context.Context, call gym.ToolCall, info *gym.Cal
 	switch call.Function.Name {
 	case gym.ToolExecuteCommand:
 		var args gym.ExecuteCommandArgs
-		if err := decodeArgs(call, &args); err != nil {
+		if err := s.decodeArgs(call, &args); err != nil {
 			return "", err
 		}
 		if strings.TrimSpace(args.Command) == "" {
@@ -321,7 +320,7 @@ func (s *session) dispatch(ctx context.Context, call gym.ToolCall, info *gym.Cal
 
 	case gym.ToolWriteFile:
 		var args gym.WriteFileArgs
-		if err := decodeArgs(call, &args); err != nil {
+		if err := s.decodeArgs(call, &args); err != nil {
 			return "", err
 		}
 		if args.Filepath == "" {
@@ -336,7 +335,7 @@ func (s *session) dispatch(ctx context.Context, call gym.ToolCall, info *gym.Cal
 
 	case gym.ToolReadFile:
 		var args gym.ReadFileArgs
-		if err := decodeArgs(call, &args); err != nil {
+		if err := s.decodeArgs(call, &args); err != nil {
 			return "", err
 		}
 		if args.Filepath == "" {
@@ -357,7 +356,7 @@ func (s *session) dispatch(ctx context.Context, call gym.ToolCall, info *gym.Cal
 
 	case gym.ToolMarkDone:
 		var args gym.MarkDoneArgs
-		if err := decodeArgs(call, &args); err != nil {
+		if err := s.decodeArgs(call, &args); err != nil {
 			return "", err
 		}
 		s.agentDone = true
@@ -370,17 +369,16 @@ func (s *session) dispatch(ctx context.Context, call gym.ToolCall, info *gym.Cal
 		call.Function.Name, strings.Join(toolNames(s.env.tools), ", "))
 }
 
-// decodeArgs parses a call's JSON arguments into v. An empty string counts
-// as an empty object, as some models send it for tools without parameters.
-func decodeArgs(call gym.ToolCall, v any) error {
-	raw := strings.TrimSpace(call.Function.Arguments)
-	if raw == "" {
-		raw = "{}"
+// decodeArgs parses a call's JSON arguments into v, held to the tool's
+// schema (gym.DecodeArguments): arguments it does not declare are refused.
+func (s *session) decodeArgs(call gym.ToolCall, v any) error {
+	var schema gym.Schema
+	for _, t := range s.env.tools {
+		if t.Function.Name == call.Function.Name {
+			schema = t.Function.Parameters
+		}
 	}
-	if err := json.Unmarshal([]byte(raw), v); err != nil {
-		return gym.Errorf(gym.ClassAgent, "%s: arguments are not a valid JSON object of the tool's parameters: %v", call.Function.Name, err)
-	}
-	return nil
+	return gym.DecodeArguments(call.Function.Name, schema, call.Function.Arguments, v)
 }
 
 // fileError turns a sandbox file error into what the agent sees.

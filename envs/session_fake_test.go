@@ -378,3 +378,44 @@ func TestFakeTextActions(t *testing.T) {
 		t.Fatalf("json step: %+v", r)
 	}
 }
+
+// TestFakeExtraArgumentsAreRefused: the tool schemas say
+// additionalProperties: false, so a call with an argument they do not
+// declare is an agent_error observation and does not run.
+func TestFakeExtraArgumentsAreRefused(t *testing.T) {
+	var ran []string
+	e, _ := fakeEnv(t, func(ctx context.Context, sb *sandboxtest.FakeSandbox, req sandbox.ExecRequest) (sandbox.ExecResult, error) {
+		ran = append(ran, strings.Join(req.Argv, " "))
+		return sandbox.ExecResult{}, nil
+	})
+	s, r, err := e.Reset(t.Context(), gym.ResetRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close(context.Background())
+	for _, tool := range r.Tools {
+		if tool.Function.Parameters.AdditionalProperties {
+			t.Fatalf("tool %s allows additional properties; this test assumes it does not", tool.Function.Name)
+		}
+	}
+	res := step(t, s,
+		gym.NewToolCall("a", gym.ToolExecuteCommand, `{"command": "touch x", "cwd": "/tmp", "env": {}}`),
+		gym.NewToolCall("b", gym.ToolWriteFile, `{"filepath": "a.txt", "content": "x", "mode": "0755"}`),
+		gym.NewToolCall("c", gym.ToolMarkDone, `{"message": "ok", "force": true}`),
+		gym.NewToolCall("d", gym.ToolExecuteCommand, `{"command": "true", "timeout": 5}`),
+	)
+	for i, c := range res.Info.Calls[:3] {
+		if c.ErrorClass != gym.ClassAgent || !strings.Contains(c.Error, "unknown argument") {
+			t.Errorf("call %d: %+v, want an agent_error for the unknown argument", i, c)
+		}
+	}
+	if want := `execute_command: unknown argument "cwd", "env"; the tool takes only "background", "command", "timeout", "working_directory"`; res.Info.Calls[0].Error != want {
+		t.Errorf("error %q, want %q", res.Info.Calls[0].Error, want)
+	}
+	if res.Done() || res.Info.Calls[3].ErrorClass != "" {
+		t.Errorf("declared arguments refused or the episode ended: %+v", res.Info)
+	}
+	if len(ran) != 1 || !strings.Contains(ran[0], "true") {
+		t.Errorf("commands run: %q, want only the valid one", ran)
+	}
+}

@@ -2,7 +2,6 @@ package gymtest
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"maps"
 	"sort"
@@ -473,15 +472,14 @@ func (s *Session) exec(ctx context.Context, command string) (string, int) {
 	return "sh: " + fields[0] + ": command not found\n", 127
 }
 
+// decodeArgs parses a call's arguments, held to the standard tool's schema.
 func decodeArgs(call gym.ToolCall, v any) error {
-	args := call.Function.Arguments
-	if strings.TrimSpace(args) == "" {
-		args = "{}"
+	for _, t := range gym.StandardTools() {
+		if t.Function.Name == call.Function.Name {
+			return gym.DecodeArguments(call.Function.Name, t.Function.Parameters, call.Function.Arguments, v)
+		}
 	}
-	if err := json.Unmarshal([]byte(args), v); err != nil {
-		return fmt.Errorf("%s: arguments are not a valid JSON object: %v", call.Function.Name, err)
-	}
-	return nil
+	return gym.DecodeArguments(call.Function.Name, gym.Schema{}, call.Function.Arguments, v)
 }
 
 // end marks the episode ended, keeping the first reason; s.mu must be held.
