@@ -1,12 +1,14 @@
 package server_test
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"sync"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/vmihailenco/msgpack/v5"
 
 	gymclient "github.com/gymserver/gymserver/clients/go"
 	"github.com/gymserver/gymserver/gym"
@@ -165,6 +167,58 @@ func TestCallIDsUniqueInSession(t *testing.T) {
 	if id := res.Observation.Messages[0].ToolCallID; seen[id] || id != "call_4_0" {
 		t.Fatalf("structured step: tool message answers %q; ids so far %v", id, seen)
 	}
+}
+
+// TestResetIsByteStable: resets of the same env, task and seed give the
+// same bytes for every prompt, message, tool schema and limit (what a
+// prompt cache and a reproducible run see); also the envs listing.
+func TestResetIsByteStable(t *testing.T) {
+	ts := startServer(t, server.Options{}, nil)
+	c := dialRaw(t, ts, nil)
+	// stable is the part of a reset result that must not change; the
+	// session id does.
+	type stable struct {
+		Env          msgpack.RawMessage `msgpack:"env"`
+		Task         msgpack.RawMessage `msgpack:"task"`
+		SystemPrompt msgpack.RawMessage `msgpack:"system_prompt"`
+		Prompt       msgpack.RawMessage `msgpack:"prompt"`
+		Tools        msgpack.RawMessage `msgpack:"tools"`
+		Messages     msgpack.RawMessage `msgpack:"messages"`
+		Limits       msgpack.RawMessage `msgpack:"limits"`
+	}
+	seed := int64(7)
+	var first stable
+	var firstEnvs []byte
+	for i := range 8 {
+		id := uint64(2*i + 1)
+		var got stable
+		r := c.call(wire.Request{ID: id, Op: wire.OpReset, Env: "mem", Seed: &seed}, &got)
+		if !r.OK {
+			t.Fatalf("reset: %+v", r.Error)
+		}
+		c.call(wire.Request{ID: id + 1, Op: wire.OpClose, Session: sessionOf(t, r)}, nil)
+		envs := c.call(wire.Request{ID: 100 + id, Op: wire.OpEnvs}, nil).Result
+		if i == 0 {
+			first, firstEnvs = got, envs
+			continue
+		}
+		if d := cmp.Diff(first, got); d != "" {
+			t.Fatalf("reset %d differs from the first in its bytes (-first +reset):\n%s", i+1, d)
+		}
+		if !bytes.Equal(firstEnvs, envs) {
+			t.Fatalf("envs answer %d differs from the first in its bytes", i+1)
+		}
+	}
+}
+
+// sessionOf returns the session id of a reset response.
+func sessionOf(t *testing.T, r wire.RawResponse) string {
+	t.Helper()
+	var res wire.ResetResult
+	if err := wire.DecodeResult(r.Result, &res); err != nil {
+		t.Fatal(err)
+	}
+	return res.SessionID
 }
 
 func TestConcurrentSessionsOnOneConnection(t *testing.T) {
