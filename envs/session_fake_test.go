@@ -419,3 +419,46 @@ func TestFakeExtraArgumentsAreRefused(t *testing.T) {
 		t.Errorf("commands run: %q, want only the valid one", ran)
 	}
 }
+
+// TestFakeForkReportsRemainingTimeout: a forked session goes on with the
+// rest of the global timeout budget, and its limits say so.
+func TestFakeForkReportsRemainingTimeout(t *testing.T) {
+	cfg, err := config.Parse([]byte(`{"environments": [{"id": "fake", "docker_image": "img",
+		"unit_tests": ["python3 -m pytest tests/"], "prompt": "fix it"}],
+		"timeout_config": {"global_timeout": 600}}`), t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := sandboxtest.NewFakeProvider()
+	p.ExecFunc = fakePytest
+	e, err := envs.New(cfg, cfg.Environments[0], envs.Options{Provider: p})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	s, r, err := e.Reset(ctx, gym.ResetRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close(context.Background())
+	budget := gym.Duration(600 * time.Second)
+	if r.Limits.GlobalTimeout != budget {
+		t.Fatalf("reset limits %+v, want the whole budget", r.Limits)
+	}
+	step(t, s, call(gym.ToolWriteFile, gym.WriteFileArgs{Filepath: "notes.txt", Content: "x"}))
+	snap, err := s.(gym.Snapshotter).Snapshot(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, fr, err := e.Fork(ctx, snap.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close(context.Background())
+	if snap.Elapsed <= 0 || fr.Limits.GlobalTimeout != budget-snap.Elapsed {
+		t.Errorf("fork limits %+v after %v of %v used, want global_timeout %v", fr.Limits, snap.Elapsed, budget, budget-snap.Elapsed)
+	}
+	if fr.Limits.CommandTimeout != r.Limits.CommandTimeout || fr.Limits.MaxActions != r.Limits.MaxActions {
+		t.Errorf("fork limits %+v, reset limits %+v: only global_timeout changes", fr.Limits, r.Limits)
+	}
+}

@@ -61,7 +61,8 @@ type Snapshotter interface {
 type Forker interface {
 	// Fork starts a new session from a snapshot: its sandbox holds the
 	// snapshot's files, and the episode continues from the snapshot's step
-	// and action counts with the rest of its time budget. Each call makes an
+	// and action counts with the rest of its time budget, which the Reset's
+	// Limits.GlobalTimeout reports. Each call makes an
 	// independent session. Errors: ErrNotFound for an unknown snapshot,
 	// ErrSandbox.
 	Fork(ctx context.Context, snapshotID string) (Session, Reset, error)
@@ -120,6 +121,7 @@ type EpisodeLimits struct {
 	// truncated; 0 means no limit.
 	MaxActions int `json:"max_actions"`
 	// GlobalTimeout is the wall-clock budget of the episode; 0 means none.
+	// A forked session reports what remains of it (at least a millisecond).
 	GlobalTimeout Duration `json:"global_timeout"`
 	// CommandTimeout is the default (and maximum) time of one command.
 	CommandTimeout Duration `json:"command_timeout"`
