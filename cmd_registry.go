@@ -111,9 +111,8 @@ func orphanAfterOption(flag time.Duration) time.Duration {
 	return flag
 }
 
-// loadRegistry loads the config at path and returns its environments on the
-// Docker provider, and a function that closes the provider (removing every
-// sandbox it still owns).
+// loadRegistry loads the config at path, logs its warnings, and returns
+// its environments on the Docker provider (see configRegistry).
 func loadRegistry(ctx context.Context, path string, logger *slog.Logger, opts loadOptions) (*gym.Registry, func(context.Context) error, error) {
 	cfg, err := config.Load(path)
 	if err != nil {
@@ -122,6 +121,15 @@ func loadRegistry(ctx context.Context, path string, logger *slog.Logger, opts lo
 	for _, w := range cfg.Warnings {
 		logger.Warn(w)
 	}
+	return configRegistry(ctx, cfg, logger, opts)
+}
+
+// configRegistry returns the environments of cfg, a config the caller has
+// loaded (once: a command that reads the file twice could see two different
+// configs and would print its warnings twice), on the Docker provider, and
+// a function that closes the provider (removing every sandbox it still
+// owns).
+func configRegistry(ctx context.Context, cfg *config.Config, logger *slog.Logger, opts loadOptions) (*gym.Registry, func(context.Context) error, error) {
 	p, err := newProvider(ctx, logger, opts)
 	if err != nil {
 		return nil, nil, err

@@ -78,15 +78,16 @@ func (s *secondsFlag) Set(v string) error {
 	return nil
 }
 
-// registryLoader loads a config's environments and returns a function that
-// releases them; loadRegistry is the real one (Docker, this binary as the
-// sandbox executor).
-type registryLoader func(ctx context.Context, path string, logger *slog.Logger, opts loadOptions) (*gym.Registry, func(context.Context) error, error)
+// registryLoader makes the environments of a loaded config and returns a
+// function that releases them; configRegistry is the real one (Docker, this
+// binary as the sandbox executor). The command loads the config once and
+// hands it over, so the run and its environments see the same config.
+type registryLoader func(ctx context.Context, cfg *config.Config, logger *slog.Logger, opts loadOptions) (*gym.Registry, func(context.Context) error, error)
 
 // runRollout implements "gymserver rollout CONFIG": it runs episodes with an
 // LLM, oracle or replay policy and writes trajectories, results and stats.
 func runRollout(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	return rolloutWith(ctx, args, stdout, stderr, loadRegistry)
+	return rolloutWith(ctx, args, stdout, stderr, configRegistry)
 }
 
 // rolloutWith is runRollout with the environments' loader as a parameter.
@@ -236,7 +237,7 @@ func rolloutWith(ctx context.Context, args []string, stdout, stderr io.Writer, l
 			list = append(list, e)
 		}
 	} else {
-		reg, closeFn, err := load(ctx, path, logger, loadOptions{
+		reg, closeFn, err := load(ctx, cfg, logger, loadOptions{
 			WarmPool:    f.warmPool,
 			OrphanAfter: orphanAfterOption(f.orphanAfter),
 			Janitor:     !f.noJanitor,

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -46,7 +47,7 @@ func runCmd(t *testing.T, load registryLoader, args ...string) (code int, stdout
 
 // noLoader fails the test when the command tries to reach Docker.
 func noLoader(t *testing.T) registryLoader {
-	return func(context.Context, string, *slog.Logger, loadOptions) (*gym.Registry, func(context.Context) error, error) {
+	return func(context.Context, *config.Config, *slog.Logger, loadOptions) (*gym.Registry, func(context.Context) error, error) {
 		t.Error("the command tried to load the environments")
 		return nil, nil, context.Canceled
 	}
@@ -153,11 +154,7 @@ func TestRolloutAPIKeyPrecedence(t *testing.T) {
 // run the test-built static executor, and checks on close that none of its
 // containers is left.
 func dockerLoader(t *testing.T) registryLoader {
-	return func(ctx context.Context, path string, logger *slog.Logger, opts loadOptions) (*gym.Registry, func(context.Context) error, error) {
-		cfg, err := config.Load(path)
-		if err != nil {
-			return nil, nil, err
-		}
+	return func(ctx context.Context, cfg *config.Config, logger *slog.Logger, opts loadOptions) (*gym.Registry, func(context.Context) error, error) {
 		p, _ := dockertest.NewWith(t, docker.Options{Logger: logger, WarmPool: opts.WarmPool, OrphanAfter: opts.OrphanAfter})
 		reg, err := envs.NewRegistry(ctx, cfg, envs.Options{Provider: p, Logger: logger})
 		if err != nil {
@@ -451,5 +448,39 @@ func TestRolloutOracleManyTasks(t *testing.T) {
 		if tr.TaskID != id || tr.EpisodeResult.FinalScore != 1 || !tr.EpisodeResult.Success || !strings.Contains(tr.Messages[1].Content, "f(x)") {
 			t.Errorf("trajectory of %s: task %q, result %+v", id, tr.TaskID, tr.EpisodeResult)
 		}
+	}
+}
+
+// TestRolloutLoadsTheConfigOnce: the environments are made from the config
+// the command loaded (flags applied), not from a second read of the file,
+// which could differ if the file changed and would print the warnings
+// twice.
+func TestRolloutLoadsTheConfigOnce(t *testing.T) {
+	noDockerNoKeys(t)
+	dir := t.TempDir()
+	path := filepath.Join(dir, "config.json")
+	// A deprecated root key gives a warning.
+	conf := `{"max_parallel_rollouts": 2, "environments": [{"id": "mem", "docker_image": "img", "unit_tests": ["true"], "prompt": "x"}]}`
+	if err := os.WriteFile(path, []byte(conf), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var got *config.Config
+	load := func(_ context.Context, cfg *config.Config, _ *slog.Logger, _ loadOptions) (*gym.Registry, func(context.Context) error, error) {
+		got = cfg
+		// An edit now must not reach the run.
+		if err := os.WriteFile(path, []byte(`{"environments": []}`), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return nil, nil, errors.New("stop here")
+	}
+	code, _, stderr := runCmd(t, load, path, "--parallel", "3", "--llm-api-key", "k", "--output", filepath.Join(dir, "out.json"))
+	if code != 1 || !strings.Contains(stderr, "stop here") {
+		t.Fatalf("exit %d, stderr:\n%s", code, stderr)
+	}
+	if got == nil || got.Rollout.MaxParallelRollouts != 3 || len(got.Environments) != 1 || got.Environments[0].ID != "mem" {
+		t.Fatalf("the loader got %+v, want the command's config with --parallel 3 applied", got)
+	}
+	if n := strings.Count(stderr, "max_parallel_rollouts at the root is deprecated"); n != 1 {
+		t.Errorf("the warning was printed %d times, want once:\n%s", n, stderr)
 	}
 }

@@ -120,7 +120,7 @@ func runValidate(ctx context.Context, args []string, stdout, stderr io.Writer) i
 			report.Environments = append(report.Environments, validateEnv{ID: ec.ID, TaskCount: len(ec.Tasks), OK: true})
 		}
 	} else {
-		reg, closeFn, err := loadRegistry(ctx, path, logger, loadOptions{})
+		reg, closeFn, err := configRegistry(ctx, cfg, logger, loadOptions{})
 		if err != nil {
 			fmt.Fprintf(stderr, "gymserver validate: %v\n", err)
 			return 1

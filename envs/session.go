@@ -3,7 +3,6 @@ package envs
 import (
 	"cmp"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"path"
@@ -13,6 +12,7 @@ import (
 
 	"github.com/gymserver/gymserver/envs/sandbox"
 	"github.com/gymserver/gymserver/gym"
+	"github.com/gymserver/gymserver/gym/toolparse"
 )
 
 // closeTimeout bounds the removal of a sandbox on Close, which runs on a
@@ -110,6 +110,11 @@ func (s *session) Step(ctx context.Context, a gym.Action) (gym.StepResult, error
 		s.cancelMu.Unlock()
 	}()
 
+	calls, parseErr := toolparse.Calls(a)
+	if gym.ClassOf(parseErr) == gym.ClassInvalidArgument {
+		return gym.StepResult{}, fmt.Errorf("session %s: step: %w", s.id, parseErr)
+	}
+
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed || s.done {
@@ -117,6 +122,8 @@ func (s *session) Step(ctx context.Context, a gym.Action) (gym.StepResult, error
 	}
 	s.steps++
 	res := gym.StepResult{Info: gym.StepInfo{Step: s.steps}}
+	calls = withIDs(calls, s.steps)
+	res.ToolCalls = calls
 
 	runCtx := ctx
 	if d := s.deadline(); !d.IsZero() {
@@ -125,22 +132,21 @@ func (s *session) Step(ctx context.Context, a gym.Action) (gym.StepResult, error
 		defer cancelRun()
 	}
 
-	if len(a.ToolCalls) == 0 {
-		msg := "No tool was called. Call one of the tools: " + strings.Join(toolNames(s.env.tools), ", ") + "."
-		res.Observation.Text = msg
-		res.Info.Calls = nil
+	switch {
+	case parseErr != nil:
+		// The text held a call its parser could not read: the agent sees
+		// the parser's explanation.
+		res.Observation.Text = "Error: " + parseErr.Error()
+		res.Observation.Messages = []gym.Message{}
+		res.Info.Calls = []gym.CallInfo{{ExitCode: -1, ErrorClass: gym.ClassAgent, Error: parseErr.Error()}}
+	case len(calls) == 0:
 		// A turn without a tool call is an agent error, not a lost step.
+		res.Observation.Text = "No tool was called. Call one of the tools: " + strings.Join(toolNames(s.env.tools), ", ") + "."
 		res.Observation.Messages = []gym.Message{}
 		res.Info.Calls = []gym.CallInfo{{ExitCode: -1, ErrorClass: gym.ClassAgent, Error: "no tool call"}}
 	}
 	var texts []string
-	for i, call := range a.ToolCalls {
-		if call.ID == "" {
-			call.ID = fmt.Sprintf("call_%d_%d", s.steps, i)
-		}
-		if call.Type == "" {
-			call.Type = "function"
-		}
+	for _, call := range calls {
 		var out string
 		var info gym.CallInfo
 		switch {
@@ -176,13 +182,13 @@ func (s *session) Step(ctx context.Context, a gym.Action) (gym.StepResult, error
 		res.Observation.Messages = append(res.Observation.Messages, gym.Message{
 			Role: gym.RoleTool, Content: out, ToolCallID: call.ID, Name: call.Function.Name,
 		})
-		if len(a.ToolCalls) > 1 {
+		if len(calls) > 1 {
 			texts = append(texts, fmt.Sprintf("[%s %s]\n%s", call.Function.Name, call.ID, out))
 		} else {
 			texts = append(texts, out)
 		}
 	}
-	if len(a.ToolCalls) > 0 {
+	if len(calls) > 0 {
 		res.Observation.Text = strings.Join(texts, "\n\n")
 	}
 	res.Info.Actions = s.actions
@@ -199,6 +205,25 @@ func (s *session) Step(ctx context.Context, a gym.Action) (gym.StepResult, error
 		res.Info.Evaluation = &ev
 	}
 	return res, nil
+}
+
+// withIDs returns a copy of the calls of step with their type set and an
+// id (gym.CallID) on each call that has none.
+func withIDs(calls []gym.ToolCall, step int) []gym.ToolCall {
+	if len(calls) == 0 {
+		return nil
+	}
+	out := make([]gym.ToolCall, len(calls))
+	for i, c := range calls {
+		if c.ID == "" {
+			c.ID = gym.CallID(step, i)
+		}
+		if c.Type == "" {
+			c.Type = "function"
+		}
+		out[i] = c
+	}
+	return out
 }
 
 // end marks the episode ended for reason, keeping the first reason.
@@ -249,7 +274,7 @@ func (s *session) dispatch(ctx context.Context, call gym.ToolCall, info *gym.Cal
 	switch call.Function.Name {
 	case gym.ToolExecuteCommand:
 		var args gym.ExecuteCommandArgs
-		if err := decodeArgs(call, &args); err != nil {
+		if err := s.decodeArgs(call, &args); err != nil {
 			return "", err
 		}
 		if strings.TrimSpace(args.Command) == "" {
@@ -295,7 +320,7 @@ func (s *session) dispatch(ctx context.Context, call gym.ToolCall, info *gym.Cal
 
 	case gym.ToolWriteFile:
 		var args gym.WriteFileArgs
-		if err := decodeArgs(call, &args); err != nil {
+		if err := s.decodeArgs(call, &args); err != nil {
 			return "", err
 		}
 		if args.Filepath == "" {
@@ -310,7 +335,7 @@ func (s *session) dispatch(ctx context.Context, call gym.ToolCall, info *gym.Cal
 
 	case gym.ToolReadFile:
 		var args gym.ReadFileArgs
-		if err := decodeArgs(call, &args); err != nil {
+		if err := s.decodeArgs(call, &args); err != nil {
 			return "", err
 		}
 		if args.Filepath == "" {
@@ -331,7 +356,7 @@ func (s *session) dispatch(ctx context.Context, call gym.ToolCall, info *gym.Cal
 
 	case gym.ToolMarkDone:
 		var args gym.MarkDoneArgs
-		if err := decodeArgs(call, &args); err != nil {
+		if err := s.decodeArgs(call, &args); err != nil {
 			return "", err
 		}
 		s.agentDone = true
@@ -344,17 +369,16 @@ func (s *session) dispatch(ctx context.Context, call gym.ToolCall, info *gym.Cal
 		call.Function.Name, strings.Join(toolNames(s.env.tools), ", "))
 }
 
-// decodeArgs parses a call's JSON arguments into v. An empty string counts
-// as an empty object, as some models send it for tools without parameters.
-func decodeArgs(call gym.ToolCall, v any) error {
-	raw := strings.TrimSpace(call.Function.Arguments)
-	if raw == "" {
-		raw = "{}"
+// decodeArgs parses a call's JSON arguments into v, held to the tool's
+// schema (gym.DecodeArguments): arguments it does not declare are refused.
+func (s *session) decodeArgs(call gym.ToolCall, v any) error {
+	var schema gym.Schema
+	for _, t := range s.env.tools {
+		if t.Function.Name == call.Function.Name {
+			schema = t.Function.Parameters
+		}
 	}
-	if err := json.Unmarshal([]byte(raw), v); err != nil {
-		return gym.Errorf(gym.ClassAgent, "%s: arguments are not a valid JSON object of the tool's parameters: %v", call.Function.Name, err)
-	}
-	return nil
+	return gym.DecodeArguments(call.Function.Name, schema, call.Function.Arguments, v)
 }
 
 // fileError turns a sandbox file error into what the agent sees.

@@ -314,3 +314,151 @@ func TestFakeAgentCrashIsScored(t *testing.T) {
 		t.Errorf("evaluation %+v, want an unmasked agent_error with reward 0 and no test run", ev)
 	}
 }
+
+// TestFakeTextActions: the episode logic reads text actions itself, with
+// the action's parser, so the server and an in-process driver cannot
+// differ; every call gets an id unique within the session, whether it was
+// parsed or structured.
+func TestFakeTextActions(t *testing.T) {
+	e, _ := fakeEnv(t, fakePytest)
+	s, _, err := e.Reset(t.Context(), gym.ResetRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close(context.Background())
+	text := func(parser, text string) gym.StepResult {
+		t.Helper()
+		res, err := s.Step(t.Context(), gym.Action{Text: text, Parser: parser})
+		if err != nil {
+			t.Fatalf("%s step: %v", parser, err)
+		}
+		return res
+	}
+	seen := map[string]bool{}
+	checkIDs := func(res gym.StepResult) {
+		t.Helper()
+		for i, c := range res.ToolCalls {
+			if c.ID == "" || seen[c.ID] || res.Observation.Messages[i].ToolCallID != c.ID || res.Info.Calls[i].ID != c.ID {
+				t.Errorf("step %d call %d: id %q (seen before: %v), message answers %q", res.Info.Step, i, c.ID, seen[c.ID], res.Observation.Messages[i].ToolCallID)
+			}
+			seen[c.ID] = true
+		}
+	}
+
+	// The text's own ids are not kept: models repeat them turn after turn.
+	r := text("hermes", `<tool_call>{"id": "call_0", "name": "write_file", "arguments": {"filepath": "a.txt", "content": "hi"}}</tool_call>
+<tool_call>{"name": "read_file", "arguments": {"filepath": "a.txt"}}</tool_call>`)
+	if len(r.ToolCalls) != 2 || r.ToolCalls[0].ID != "call_1_0" || r.ToolCalls[1].ID != "call_1_1" || r.Observation.Messages[1].Content != "hi" {
+		t.Fatalf("hermes step: calls %+v observation %+v", r.ToolCalls, r.Observation)
+	}
+	checkIDs(r)
+	r = text("react", "Action: read_file\nAction Input: {\"filepath\": \"a.txt\"}")
+	if len(r.ToolCalls) != 1 || r.ToolCalls[0].ID != "call_2_0" {
+		t.Fatalf("react step: calls %+v", r.ToolCalls)
+	}
+	checkIDs(r)
+	// Structured calls without an id get the same scheme.
+	r = step(t, s, gym.NewToolCall("", gym.ToolReadFile, `{"filepath": "a.txt"}`))
+	if r.ToolCalls[0].ID != "call_3_0" {
+		t.Fatalf("structured step: calls %+v", r.ToolCalls)
+	}
+	checkIDs(r)
+
+	// A malformed call is an agent_error observation and a counted step.
+	r = text("hermes", `<tool_call>{"name": "read_file", "arguments": {oops</tool_call>`)
+	if r.Info.Step != 4 || r.Info.Actions != 4 || len(r.ToolCalls) != 0 || len(r.Info.Calls) != 1 ||
+		r.Info.Calls[0].ErrorClass != gym.ClassAgent || !strings.Contains(r.Observation.Text, "<tool_call> block 1") {
+		t.Fatalf("malformed text: %+v", r)
+	}
+	// An unknown parser is the caller's error: no step is taken.
+	if _, err := s.Step(t.Context(), gym.Action{Text: "x", Parser: "xml"}); gym.ClassOf(err) != gym.ClassInvalidArgument {
+		t.Fatalf("unknown parser: %v, want invalid_argument", err)
+	}
+	if r = text("json", `{"name": "mark_done"}`); r.Info.Step != 5 || !r.Terminated || r.ToolCalls[0].ID != "call_5_0" {
+		t.Fatalf("json step: %+v", r)
+	}
+}
+
+// TestFakeExtraArgumentsAreRefused: the tool schemas say
+// additionalProperties: false, so a call with an argument they do not
+// declare is an agent_error observation and does not run.
+func TestFakeExtraArgumentsAreRefused(t *testing.T) {
+	var ran []string
+	e, _ := fakeEnv(t, func(ctx context.Context, sb *sandboxtest.FakeSandbox, req sandbox.ExecRequest) (sandbox.ExecResult, error) {
+		ran = append(ran, strings.Join(req.Argv, " "))
+		return sandbox.ExecResult{}, nil
+	})
+	s, r, err := e.Reset(t.Context(), gym.ResetRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close(context.Background())
+	for _, tool := range r.Tools {
+		if tool.Function.Parameters.AdditionalProperties {
+			t.Fatalf("tool %s allows additional properties; this test assumes it does not", tool.Function.Name)
+		}
+	}
+	res := step(t, s,
+		gym.NewToolCall("a", gym.ToolExecuteCommand, `{"command": "touch x", "cwd": "/tmp", "env": {}}`),
+		gym.NewToolCall("b", gym.ToolWriteFile, `{"filepath": "a.txt", "content": "x", "mode": "0755"}`),
+		gym.NewToolCall("c", gym.ToolMarkDone, `{"message": "ok", "force": true}`),
+		gym.NewToolCall("d", gym.ToolExecuteCommand, `{"command": "true", "timeout": 5}`),
+	)
+	for i, c := range res.Info.Calls[:3] {
+		if c.ErrorClass != gym.ClassAgent || !strings.Contains(c.Error, "unknown argument") {
+			t.Errorf("call %d: %+v, want an agent_error for the unknown argument", i, c)
+		}
+	}
+	if want := `execute_command: unknown argument "cwd", "env"; the tool takes only "background", "command", "timeout", "working_directory"`; res.Info.Calls[0].Error != want {
+		t.Errorf("error %q, want %q", res.Info.Calls[0].Error, want)
+	}
+	if res.Done() || res.Info.Calls[3].ErrorClass != "" {
+		t.Errorf("declared arguments refused or the episode ended: %+v", res.Info)
+	}
+	if len(ran) != 1 || !strings.Contains(ran[0], "true") {
+		t.Errorf("commands run: %q, want only the valid one", ran)
+	}
+}
+
+// TestFakeForkReportsRemainingTimeout: a forked session goes on with the
+// rest of the global timeout budget, and its limits say so.
+func TestFakeForkReportsRemainingTimeout(t *testing.T) {
+	cfg, err := config.Parse([]byte(`{"environments": [{"id": "fake", "docker_image": "img",
+		"unit_tests": ["python3 -m pytest tests/"], "prompt": "fix it"}],
+		"timeout_config": {"global_timeout": 600}}`), t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := sandboxtest.NewFakeProvider()
+	p.ExecFunc = fakePytest
+	e, err := envs.New(cfg, cfg.Environments[0], envs.Options{Provider: p})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	s, r, err := e.Reset(ctx, gym.ResetRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close(context.Background())
+	budget := gym.Duration(600 * time.Second)
+	if r.Limits.GlobalTimeout != budget {
+		t.Fatalf("reset limits %+v, want the whole budget", r.Limits)
+	}
+	step(t, s, call(gym.ToolWriteFile, gym.WriteFileArgs{Filepath: "notes.txt", Content: "x"}))
+	snap, err := s.(gym.Snapshotter).Snapshot(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, fr, err := e.Fork(ctx, snap.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close(context.Background())
+	if snap.Elapsed <= 0 || fr.Limits.GlobalTimeout != budget-snap.Elapsed {
+		t.Errorf("fork limits %+v after %v of %v used, want global_timeout %v", fr.Limits, snap.Elapsed, budget, budget-snap.Elapsed)
+	}
+	if fr.Limits.CommandTimeout != r.Limits.CommandTimeout || fr.Limits.MaxActions != r.Limits.MaxActions {
+		t.Errorf("fork limits %+v, reset limits %+v: only global_timeout changes", fr.Limits, r.Limits)
+	}
+}

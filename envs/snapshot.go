@@ -80,7 +80,22 @@ func (e *TaskEnv) Fork(ctx context.Context, snapshotID string) (gym.Session, gym
 	s.steps, s.actions = rec.snap.Steps, rec.snap.Actions
 	r := s.initial()
 	r.ForkOf, r.Steps, r.Actions = snapshotID, s.steps, s.actions
+	r.Limits.GlobalTimeout = remaining(r.Limits.GlobalTimeout, rec.snap.Elapsed)
 	return s, r, nil
+}
+
+// minRemaining is the global timeout a fork reports when its snapshot had
+// used the whole budget: 0 would mean "no timeout".
+const minRemaining = gym.Duration(time.Millisecond)
+
+// remaining is what is left of the global timeout budget after elapsed,
+// which a forked session reports as its global_timeout (PROTOCOL.md §4.9):
+// at least minRemaining, and 0 (no timeout) stays 0.
+func remaining(budget, elapsed gym.Duration) gym.Duration {
+	if budget <= 0 {
+		return budget
+	}
+	return max(budget-elapsed, minRemaining)
 }
 
 // DropSnapshot deletes a snapshot and its image.

@@ -61,7 +61,8 @@ type Snapshotter interface {
 type Forker interface {
 	// Fork starts a new session from a snapshot: its sandbox holds the
 	// snapshot's files, and the episode continues from the snapshot's step
-	// and action counts with the rest of its time budget. Each call makes an
+	// and action counts with the rest of its time budget, which the Reset's
+	// Limits.GlobalTimeout reports. Each call makes an
 	// independent session. Errors: ErrNotFound for an unknown snapshot,
 	// ErrSandbox.
 	Fork(ctx context.Context, snapshotID string) (Session, Reset, error)
@@ -120,14 +121,26 @@ type EpisodeLimits struct {
 	// truncated; 0 means no limit.
 	MaxActions int `json:"max_actions"`
 	// GlobalTimeout is the wall-clock budget of the episode; 0 means none.
+	// A forked session reports what remains of it (at least a millisecond).
 	GlobalTimeout Duration `json:"global_timeout"`
 	// CommandTimeout is the default (and maximum) time of one command.
 	CommandTimeout Duration `json:"command_timeout"`
 }
 
-// Action is what an agent does in one step: one or more tool calls.
+// Action is what an agent does in one step: one or more tool calls, given
+// either as structured calls or as raw model text that the environment
+// parses (gym/toolparse). Environments read the calls with toolparse.Calls,
+// so every path parses text the same way.
 type Action struct {
+	// ToolCalls are structured calls; unused when Parser is set.
 	ToolCalls []ToolCall `json:"tool_calls"`
+	// Text is raw model text holding the calls, read with Parser.
+	Text string `json:"text,omitempty"`
+	// Parser names the format of Text ("hermes", "json", "react"); empty
+	// means the action is ToolCalls. An unknown parser is an error wrapping
+	// ErrInvalidArgument; text the parser cannot read is an agent_error
+	// observation.
+	Parser string `json:"parser,omitempty"`
 }
 
 // StepResult is the outcome of one step, in Gym terms.
@@ -139,6 +152,10 @@ type StepResult struct {
 	Terminated bool     `json:"terminated"`
 	Truncated  bool     `json:"truncated"`
 	Info       StepInfo `json:"info"`
+	// ToolCalls are the calls the step ran, in order, with the ids their
+	// tool messages answer: the action's calls, or those parsed from its
+	// text. Empty for a turn without a readable call.
+	ToolCalls []ToolCall `json:"tool_calls,omitempty"`
 }
 
 // Done reports whether the episode ended with this step.
@@ -401,7 +418,13 @@ type Turn struct {
 	// FinishReason is the provider's reason for ending the answer
 	// ("stop", "tool_calls", "length", "content_filter"), when known.
 	FinishReason string `json:"finish_reason,omitempty"`
-	// ParseError is set by text-mode policies when the model attempted a
+	// Parser is set by text-mode policies: Message.Content is the model's
+	// text, whose tool calls are written in this parser's format (see
+	// Action.Parser), and Message.ToolCalls is empty. A driver steps the
+	// text with the parser, and the environment reads the calls.
+	Parser string `json:"parser,omitempty"`
+	// ParseError is set by policies that parse the text themselves when
+	// the model attempted a
 	// tool call in its text that could not be parsed; Message then has no
 	// tool calls. It is written for the agent: a driver can send it back
 	// as the next user message instead of ending the episode.

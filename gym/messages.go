@@ -1,5 +1,7 @@
 package gym
 
+import "strconv"
+
 // Chat roles used in Message.Role.
 const (
 	RoleSystem    = "system"
@@ -36,6 +38,14 @@ type ToolCall struct {
 type FunctionCall struct {
 	Name      string `json:"name"`
 	Arguments string `json:"arguments"`
+}
+
+// CallID is the id an environment gives the call at index (0-based) of
+// step (1-based) when the call has none: "call_<step>_<index>". Steps are
+// numbered once per session (a fork goes on from its snapshot's count), so
+// these ids are unique within a session.
+func CallID(step, index int) string {
+	return "call_" + strconv.Itoa(step) + "_" + strconv.Itoa(index)
 }
 
 // NewToolCall returns a function tool call with the given id, name and raw

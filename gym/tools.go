@@ -1,5 +1,11 @@
 package gym
 
+import (
+	"encoding/json"
+	"slices"
+	"strings"
+)
+
 // Names of the standard tools, as the seed named them.
 const (
 	ToolExecuteCommand = "execute_command"
@@ -92,4 +98,58 @@ func FuncTool(name, description string, required []string, params ...NamedProper
 		Description: description,
 		Parameters:  Schema{Type: "object", Properties: props, Required: required},
 	}}
+}
+
+// DecodeArguments decodes the raw JSON arguments of a call of the tool
+// named name into v, holding them to the tool's schema: they must be a JSON
+// object, and when the schema does not allow additional properties (as
+// every standard tool's does not) an argument it does not declare is
+// refused rather than ignored. Empty arguments count as an empty object, as
+// some models send them for tools without parameters. Errors wrap ErrAgent
+// and tell the agent what the tool takes.
+func DecodeArguments(name string, schema Schema, arguments string, v any) error {
+	raw := strings.TrimSpace(arguments)
+	if raw == "" {
+		raw = "{}"
+	}
+	var obj map[string]json.RawMessage // null leaves it nil: no arguments
+	if err := json.Unmarshal([]byte(raw), &obj); err != nil {
+		return Errorf(ClassAgent, "%s: arguments are not a valid JSON object of the tool's parameters: %v", name, err)
+	}
+	if !schema.AdditionalProperties {
+		var unknown []string
+		for k := range obj {
+			if _, ok := schema.Properties[k]; !ok {
+				unknown = append(unknown, k)
+			}
+		}
+		if len(unknown) > 0 {
+			slices.Sort(unknown)
+			return Errorf(ClassAgent, "%s: unknown argument %s; the tool takes only %s",
+				name, quoteJoin(unknown), quoteJoin(schema.propertyNames()))
+		}
+	}
+	if err := json.Unmarshal([]byte(raw), v); err != nil {
+		return Errorf(ClassAgent, "%s: arguments are not a valid JSON object of the tool's parameters: %v", name, err)
+	}
+	return nil
+}
+
+// propertyNames returns the schema's parameter names, sorted.
+func (s Schema) propertyNames() []string {
+	names := make([]string, 0, len(s.Properties))
+	for k := range s.Properties {
+		names = append(names, k)
+	}
+	slices.Sort(names)
+	return names
+}
+
+// quoteJoin returns the names quoted and separated by commas.
+func quoteJoin(names []string) string {
+	q := make([]string, len(names))
+	for i, n := range names {
+		q[i] = `"` + n + `"`
+	}
+	return strings.Join(q, ", ")
 }

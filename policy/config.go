@@ -16,10 +16,11 @@ const (
 	// ModeNative uses the endpoint's function calling ("tools" in the
 	// request, "tool_calls" in the answer).
 	ModeNative Mode = "native"
-	// ModeReAct describes the tools in the system prompt and parses
-	// "Action:"/"Action Input:" lines (or Hermes <tool_call> blocks, or a
-	// JSON call) from the model's text. Tool results are sent back as user
-	// messages starting with "Observation".
+	// ModeReAct describes the tools in the system prompt and asks for
+	// "Action:"/"Action Input:" lines; the answer's text (with those lines,
+	// Hermes <tool_call> blocks, or a JSON call) is stepped as text and the
+	// environment parses it. Tool results are sent back as user messages
+	// starting with "Observation".
 	ModeReAct Mode = "react"
 )
 

@@ -8,8 +8,9 @@
 // exactly as the model wrote them, even when they are not valid JSON, so that
 // the environment can answer with an agent_error observation. In ReAct mode,
 // for endpoints without function calling, the tools are described in the
-// system prompt and the calls are parsed from the model's text with
-// gym/toolparse.
+// system prompt and the answer's text is the turn: gym.Turn.Parser names
+// its format (gym/toolparse.Detect) and the environment reads the calls from
+// it, exactly as it reads a remote trainer's text.
 //
 // Transient API failures (429, 5xx, network errors, timeouts) are retried
 // with exponential backoff and jitter, honouring Retry-After; other failures

@@ -14,6 +14,7 @@ import (
 	openai "github.com/sashabaranov/go-openai"
 
 	"github.com/gymserver/gymserver/gym"
+	"github.com/gymserver/gymserver/gym/toolparse"
 )
 
 // LLM is a policy backed by an OpenAI-compatible chat-completions endpoint.
@@ -132,16 +133,9 @@ func (l *LLM) turn(resp openai.ChatCompletionResponse) gym.Turn {
 	if l.cfg.Mode == ModeReAct {
 		t.Raw = content
 		if len(calls) == 0 {
-			parsed, err := parseText(content)
-			if err != nil {
-				t.ParseError = err.Error()
-			}
-			// Ids from the text repeat across turns ("call_0");
-			// fresh ones keep the transcript unambiguous.
-			for i := range parsed {
-				parsed[i].ID = ""
-			}
-			calls = parsed
+			// The calls are in the text: the environment reads them
+			// (gym.Action.Parser), as it does a remote trainer's text.
+			t.Parser = toolparse.Detect(content)
 		}
 	}
 	t.Message.ToolCalls = uniqueIDs(calls)

@@ -15,6 +15,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/gymserver/gymserver/gym"
+	"github.com/gymserver/gymserver/gym/toolparse"
 	"github.com/gymserver/gymserver/policy"
 	"github.com/gymserver/gymserver/policy/openaitest"
 )
@@ -440,10 +441,16 @@ func TestActReAct(t *testing.T) {
 	if turn.Raw != answer || turn.Message.Content != answer || turn.ParseError != "" {
 		t.Errorf("turn = %+v, want the raw text kept", turn)
 	}
-	calls := turn.Message.ToolCalls
-	if len(calls) != 1 || calls[0].Function.Name != "execute_command" || calls[0].Function.Arguments != `{"command": "ls"}` || calls[0].ID == "" {
-		t.Fatalf("calls = %+v, want execute_command {\"command\": \"ls\"} with an id", calls)
+	// The environment reads the calls from the text, with the parser the
+	// turn names.
+	if turn.Parser != toolparse.ReAct || len(turn.Message.ToolCalls) != 0 {
+		t.Fatalf("turn = %+v, want the text to be parsed with react by the environment", turn)
 	}
+	calls, err := toolparse.Calls(gym.Action{Text: turn.Message.Content, Parser: turn.Parser})
+	if err != nil || len(calls) != 1 || calls[0].Function.Name != "execute_command" || calls[0].Function.Arguments != `{"command": "ls"}` {
+		t.Fatalf("calls = %+v, %v; want execute_command {\"command\": \"ls\"}", calls, err)
+	}
+	calls[0].ID = "call_1_0" // as the environment names it
 	req := srv.Requests()[0].Body
 	if len(req.Tools) != 0 {
 		t.Errorf("ReAct request has native tools")
@@ -460,13 +467,15 @@ func TestActReAct(t *testing.T) {
 
 	// The second call sees the first turn as text and its result as an
 	// observation; the Hermes format is accepted.
-	msgs := append(start(), turn.Message, gym.Message{Role: gym.RoleTool, ToolCallID: calls[0].ID, Name: "execute_command", Content: "app.py\n"})
+	sent := turn.Message
+	sent.ToolCalls = calls
+	msgs := append(start(), sent, gym.Message{Role: gym.RoleTool, ToolCallID: calls[0].ID, Name: "execute_command", Content: "app.py\n"})
 	turn, err = l.Act(t.Context(), msgs, tools)
 	if err != nil {
 		t.Fatalf("Act: %v", err)
 	}
-	if len(turn.Message.ToolCalls) != 1 || turn.Message.ToolCalls[0].Function.Name != "mark_done" {
-		t.Errorf("calls = %+v, want mark_done", turn.Message.ToolCalls)
+	if turn.Parser != toolparse.Hermes || len(turn.Message.ToolCalls) != 0 {
+		t.Errorf("turn = %+v, want hermes text", turn)
 	}
 	var got []string
 	for _, m := range srv.Requests()[1].Body.Messages[1:] {
@@ -477,18 +486,18 @@ func TestActReAct(t *testing.T) {
 		t.Errorf("ReAct transcript sent (-want +got):\n%s", diff)
 	}
 
-	// A malformed call is reported for the agent, not as a policy error.
+	// A malformed call is the environment's to report, not a policy error.
 	turn, err = l.Act(t.Context(), start(), tools)
 	if err != nil {
 		t.Fatalf("Act: %v", err)
 	}
-	if len(turn.Message.ToolCalls) != 0 || !strings.Contains(turn.ParseError, "Action Input is not valid JSON") {
-		t.Errorf("turn = %+v, want no calls and a parse error", turn)
+	if turn.Parser != toolparse.ReAct || len(turn.Message.ToolCalls) != 0 || turn.ParseError != "" {
+		t.Errorf("turn = %+v, want react text", turn)
 	}
 
-	// Plain text has no calls and no error.
+	// Plain text is text too; it holds no calls.
 	turn, err = l.Act(t.Context(), start(), tools)
-	if err != nil || len(turn.Message.ToolCalls) != 0 || turn.ParseError != "" {
+	if err != nil || turn.Parser == "" || len(turn.Message.ToolCalls) != 0 || turn.ParseError != "" {
 		t.Errorf("turn = %+v, %v; want plain text", turn, err)
 	}
 }

@@ -105,7 +105,7 @@ func reactMessages(msgs []gym.Message, tools []gym.Tool, maxOut int) []openai.Ch
 func actionText(m gym.Message) string {
 	text := m.Content
 	if len(m.ToolCalls) > 0 {
-		if calls, err := parseText(text); err != nil || len(calls) == 0 {
+		if calls, err := toolparse.Parse(toolparse.Detect(text), text); err != nil || len(calls) == 0 {
 			var b strings.Builder
 			b.WriteString(text)
 			for _, c := range m.ToolCalls {
@@ -173,21 +173,4 @@ Action Input: {"argument": "value"}
 To call several tools at once, repeat the Action and Action Input lines. Then stop: the results come back in the next message, each starting with "Observation". Never write an Observation yourself.
 `)
 	return b.String()
-}
-
-// parseText reads tool calls from model text: ReAct Action lines, else
-// Hermes <tool_call> blocks, else a JSON call when the text is one.
-func parseText(text string) ([]gym.ToolCall, error) {
-	calls, err := toolparse.Parse(toolparse.ReAct, text)
-	if err != nil || len(calls) > 0 {
-		return calls, err
-	}
-	if strings.Contains(text, "<tool_call>") {
-		return toolparse.Parse(toolparse.Hermes, text)
-	}
-	t := strings.TrimSpace(text)
-	if strings.HasPrefix(t, "{") || strings.HasPrefix(strings.TrimSpace(strings.TrimPrefix(t, "[")), "{") || strings.Contains(t, "```json") {
-		return toolparse.Parse(toolparse.JSON, text)
-	}
-	return nil, nil
 }

@@ -632,6 +632,9 @@ func (c *conn) queue(req wire.Request) {
 	if err == nil && req.Op == wire.OpStep {
 		err = checkAction(req)
 		action.ToolCalls = wire.ToToolCalls(req.ToolCalls)
+		if req.Text != nil {
+			action.Text, action.Parser = *req.Text, req.Parser
+		}
 	}
 	if err != nil {
 		c.reply(req.ID, nil, err)
@@ -676,10 +679,8 @@ func checkAction(req wire.Request) error {
 	if len(req.ToolCalls) > 0 {
 		return errorf(gym.ClassInvalidArgument, wire.ReasonBadRequest, "step has both tool_calls and text; send one")
 	}
-	for _, p := range toolparse.Parsers() {
-		if p == req.Parser {
-			return nil
-		}
+	if toolparse.Known(req.Parser) {
+		return nil
 	}
 	if req.Parser == "" {
 		return errorf(gym.ClassInvalidArgument, wire.ReasonBadRequest, "step with text needs a parser (%s)", strings.Join(toolparse.Parsers(), ", "))
@@ -687,12 +688,9 @@ func checkAction(req wire.Request) error {
 	return errorf(gym.ClassInvalidArgument, wire.ReasonUnknownParser, "unknown parser %q (want %s)", req.Parser, strings.Join(toolparse.Parsers(), ", "))
 }
 
-// step runs one step on s, its turn having come.
+// step runs one step on s, its turn having come. The session reads the
+// action, its text included: parsing is the episode logic's.
 func (c *conn) step(req wire.Request, s *session, action gym.Action) {
-	var parseErr error
-	if req.Text != nil {
-		action.ToolCalls, parseErr = toolparse.Parse(req.Parser, *req.Text)
-	}
 	start := time.Now()
 	res, err := s.gs.Step(c.ctx, action)
 	if err != nil {
@@ -703,22 +701,7 @@ func (c *conn) step(req wire.Request, s *session, action gym.Action) {
 		return
 	}
 	c.srv.metrics.step.WithLabelValues(s.env).Observe(time.Since(start).Seconds())
-	out := wire.FromStepResult(res)
-	if req.Text != nil {
-		out.ToolCalls = wire.FromToolCalls(action.ToolCalls)
-	}
-	if parseErr != nil {
-		// The text held a malformed call: the agent sees the parser's
-		// explanation instead of "no tool was called".
-		msg := parseErr.Error()
-		out.Observation.Text = "Error: " + msg
-		if len(out.Info.Calls) == 0 {
-			out.Info.Calls = []wire.CallInfo{{ExitCode: -1}}
-		}
-		out.Info.Calls[0].ErrorClass = string(gym.ClassAgent)
-		out.Info.Calls[0].Error = msg
-	}
-	c.reply(req.ID, out, nil)
+	c.reply(req.ID, wire.FromStepResult(res), nil)
 }
 
 // evaluate runs evaluate on s, its turn having come.

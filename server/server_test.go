@@ -1,12 +1,14 @@
 package server_test
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"sync"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/vmihailenco/msgpack/v5"
 
 	gymclient "github.com/gymserver/gymserver/clients/go"
 	"github.com/gymserver/gymserver/gym"
@@ -128,6 +130,95 @@ func TestRawTextParsers(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestCallIDsUniqueInSession: calls parsed from text and structured calls
+// without an id get ids from one scheme, unique within the session, and the
+// step result's tool_calls carry them, so a transcript never answers two
+// calls with the same tool_call_id.
+func TestCallIDsUniqueInSession(t *testing.T) {
+	ts := startServer(t, server.Options{}, nil)
+	c := dial(t, ts, gymclient.Options{})
+	ctx := t.Context()
+	s, _, err := c.Reset(ctx, "mem", gym.ResetRequest{Task: "two"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close(ctx)
+	seen := map[string]bool{}
+	for i, text := range []string{
+		`<tool_call>{"name": "execute_command", "arguments": {"command": "echo a"}}</tool_call>`,
+		`<tool_call>{"id": "call_0", "name": "execute_command", "arguments": {"command": "echo b"}}</tool_call>`,
+		"Action: execute_command\nAction Input: {\"command\": \"echo c\"}",
+	} {
+		res, calls, err := s.StepText(ctx, []string{"hermes", "hermes", "react"}[i], text)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(calls) != 1 || seen[calls[0].ID] || calls[0].ID != res.Observation.Messages[0].ToolCallID {
+			t.Fatalf("text step %d: calls %+v, tool message answers %q; ids so far %v", i+1, calls, res.Observation.Messages[0].ToolCallID, seen)
+		}
+		seen[calls[0].ID] = true
+	}
+	res, err := s.Step(ctx, gym.Action{ToolCalls: []gym.ToolCall{tc("", gym.ToolExecuteCommand, `{"command":"echo d"}`)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if id := res.Observation.Messages[0].ToolCallID; seen[id] || id != "call_4_0" {
+		t.Fatalf("structured step: tool message answers %q; ids so far %v", id, seen)
+	}
+}
+
+// TestResetIsByteStable: resets of the same env, task and seed give the
+// same bytes for every prompt, message, tool schema and limit (what a
+// prompt cache and a reproducible run see); also the envs listing.
+func TestResetIsByteStable(t *testing.T) {
+	ts := startServer(t, server.Options{}, nil)
+	c := dialRaw(t, ts, nil)
+	// stable is the part of a reset result that must not change; the
+	// session id does.
+	type stable struct {
+		Env          msgpack.RawMessage `msgpack:"env"`
+		Task         msgpack.RawMessage `msgpack:"task"`
+		SystemPrompt msgpack.RawMessage `msgpack:"system_prompt"`
+		Prompt       msgpack.RawMessage `msgpack:"prompt"`
+		Tools        msgpack.RawMessage `msgpack:"tools"`
+		Messages     msgpack.RawMessage `msgpack:"messages"`
+		Limits       msgpack.RawMessage `msgpack:"limits"`
+	}
+	seed := int64(7)
+	var first stable
+	var firstEnvs []byte
+	for i := range 8 {
+		id := uint64(2*i + 1)
+		var got stable
+		r := c.call(wire.Request{ID: id, Op: wire.OpReset, Env: "mem", Seed: &seed}, &got)
+		if !r.OK {
+			t.Fatalf("reset: %+v", r.Error)
+		}
+		c.call(wire.Request{ID: id + 1, Op: wire.OpClose, Session: sessionOf(t, r)}, nil)
+		envs := c.call(wire.Request{ID: 100 + id, Op: wire.OpEnvs}, nil).Result
+		if i == 0 {
+			first, firstEnvs = got, envs
+			continue
+		}
+		if d := cmp.Diff(first, got); d != "" {
+			t.Fatalf("reset %d differs from the first in its bytes (-first +reset):\n%s", i+1, d)
+		}
+		if !bytes.Equal(firstEnvs, envs) {
+			t.Fatalf("envs answer %d differs from the first in its bytes", i+1)
+		}
+	}
+}
+
+// sessionOf returns the session id of a reset response.
+func sessionOf(t *testing.T, r wire.RawResponse) string {
+	t.Helper()
+	var res wire.ResetResult
+	if err := wire.DecodeResult(r.Result, &res); err != nil {
+		t.Fatal(err)
+	}
+	return res.SessionID
 }
 
 func TestConcurrentSessionsOnOneConnection(t *testing.T) {

@@ -556,14 +556,20 @@ var (
 // ID returns the session id.
 func (s *Session) ID() string { return s.id }
 
-// Step applies a structured action.
+// Step applies an action: structured calls, or text (with its parser)
+// that the server parses; the result's ToolCalls are the calls it ran.
 func (s *Session) Step(ctx context.Context, a gym.Action) (gym.StepResult, error) {
-	calls := wire.FromToolCalls(a.ToolCalls)
-	if calls == nil {
-		calls = []wire.ToolCall{}
+	req := wire.Request{Op: wire.OpStep, Session: s.id}
+	if a.Parser != "" {
+		req.Text, req.Parser = &a.Text, a.Parser
+	} else {
+		req.ToolCalls = wire.FromToolCalls(a.ToolCalls)
+		if req.ToolCalls == nil {
+			req.ToolCalls = []wire.ToolCall{}
+		}
 	}
 	var res wire.StepResult
-	if err := s.c.Do(ctx, wire.Request{Op: wire.OpStep, Session: s.id, ToolCalls: calls}, &res); err != nil {
+	if err := s.c.Do(ctx, req, &res); err != nil {
 		return gym.StepResult{}, fmt.Errorf("session %s: %w", s.id, err)
 	}
 	return wire.ToStepResult(res), nil
@@ -572,12 +578,13 @@ func (s *Session) Step(ctx context.Context, a gym.Action) (gym.StepResult, error
 // StepText applies raw model text, parsed by the server with the named
 // parser (hermes, json or react), and returns the calls it parsed too.
 // Malformed calls come back as an agent_error observation, not an error.
+// It is Step with a text action.
 func (s *Session) StepText(ctx context.Context, parser, text string) (gym.StepResult, []gym.ToolCall, error) {
-	var res wire.StepResult
-	if err := s.c.Do(ctx, wire.Request{Op: wire.OpStep, Session: s.id, Text: &text, Parser: parser}, &res); err != nil {
-		return gym.StepResult{}, nil, fmt.Errorf("session %s: %w", s.id, err)
+	res, err := s.Step(ctx, gym.Action{Text: text, Parser: parser})
+	if err != nil {
+		return gym.StepResult{}, nil, err
 	}
-	return wire.ToStepResult(res), wire.ToToolCalls(res.ToolCalls), nil
+	return res, res.ToolCalls, nil
 }
 
 // Evaluate ends the episode if it is running and returns its evaluation.

@@ -51,13 +51,16 @@ func (p *Provider) maxPoolAge() time.Duration {
 	return lease / 2
 }
 
-// takePooled returns a ready sandbox for key, or nil. Sandboxes that died
-// or waited too long are closed on the way.
+// takePooled returns a ready sandbox for key, or nil; nil too once the
+// provider is closing (Close removes the pool). Sandboxes that died or
+// waited too long are closed on the way, in the background: the goroutine
+// is added to bg under mu while the provider is open, so that it is added
+// before Close waits for bg (Close sets closed under mu first).
 func (p *Provider) takePooled(key string) *Sandbox {
 	for {
 		p.mu.Lock()
 		list := p.pool[key]
-		if len(list) == 0 {
+		if p.closed || len(list) == 0 {
 			p.mu.Unlock()
 			return nil
 		}
@@ -73,7 +76,14 @@ func (p *Provider) takePooled(key string) *Sandbox {
 			}
 		}
 		p.log.Info("dropping a stale pooled sandbox", "container", shortID(s.id))
+		p.mu.Lock()
+		if p.closed {
+			// Close removes it with the other live sandboxes.
+			p.mu.Unlock()
+			return nil
+		}
 		p.bg.Add(1)
+		p.mu.Unlock()
 		go func() {
 			defer p.bg.Done()
 			_ = s.Close(context.Background())

@@ -18,6 +18,7 @@ import (
 	"github.com/docker/docker/api/types/filters"
 	"github.com/docker/docker/client"
 	"github.com/docker/docker/errdefs"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/gymserver/gymserver/envs/sandbox"
 	"github.com/gymserver/gymserver/gym"
@@ -49,6 +50,8 @@ const (
 	defaultLease           = 24 * time.Hour
 	defaultConcurrentStart = 8
 	removeTimeout          = 30 * time.Second
+	// closeConcurrency bounds the sandboxes Close removes at once.
+	closeConcurrency = 16
 )
 
 // Options configure a Provider.
@@ -284,10 +287,18 @@ func (p *Provider) Close(ctx context.Context) error {
 		live = append(live, s)
 	}
 	p.mu.Unlock()
-	var errs []error
-	for _, s := range live {
-		errs = append(errs, s.Close(ctx))
+	// The sandboxes (the pooled ones among them) go concurrently: each
+	// removal is a round trip to the engine.
+	errs := make([]error, len(live))
+	var g errgroup.Group
+	g.SetLimit(closeConcurrency)
+	for i, s := range live {
+		g.Go(func() error {
+			errs[i] = s.Close(ctx)
+			return nil
+		})
 	}
+	g.Wait()
 	// Anything labelled with our owner that was not tracked (a start that
 	// failed half-way, a prepare container) goes too.
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), removeTimeout)

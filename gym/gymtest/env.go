@@ -2,7 +2,6 @@ package gymtest
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"maps"
 	"sort"
@@ -13,6 +12,7 @@ import (
 	"time"
 
 	"github.com/gymserver/gymserver/gym"
+	"github.com/gymserver/gymserver/gym/toolparse"
 )
 
 // SystemPrompt is the system prompt of every gymtest episode.
@@ -294,6 +294,11 @@ func (s *Session) Step(ctx context.Context, a gym.Action) (gym.StepResult, error
 		s.cancelMu.Unlock()
 	}()
 
+	calls, parseErr := toolparse.Calls(a)
+	if gym.ClassOf(parseErr) == gym.ClassInvalidArgument {
+		return gym.StepResult{}, fmt.Errorf("session %s: step: %w", s.id, parseErr)
+	}
+
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if closing || s.closed {
@@ -304,16 +309,30 @@ func (s *Session) Step(ctx context.Context, a gym.Action) (gym.StepResult, error
 	}
 	s.steps++
 	res := gym.StepResult{Info: gym.StepInfo{Step: s.steps}}
-	if len(a.ToolCalls) == 0 {
+	if len(calls) > 0 {
+		res.ToolCalls = make([]gym.ToolCall, len(calls))
+		for i, c := range calls {
+			if c.ID == "" {
+				c.ID = gym.CallID(s.steps, i)
+			}
+			if c.Type == "" {
+				c.Type = "function"
+			}
+			res.ToolCalls[i] = c
+		}
+	}
+	switch {
+	case parseErr != nil:
+		res.Observation.Text = "Error: " + parseErr.Error()
+		res.Observation.Messages = []gym.Message{}
+		res.Info.Calls = []gym.CallInfo{{ExitCode: -1, ErrorClass: gym.ClassAgent, Error: parseErr.Error()}}
+	case len(calls) == 0:
 		res.Observation.Text = "No tool was called."
 		res.Observation.Messages = []gym.Message{}
 		res.Info.Calls = []gym.CallInfo{{ExitCode: -1, ErrorClass: gym.ClassAgent, Error: "no tool call"}}
 	}
 	var texts []string
-	for i, call := range a.ToolCalls {
-		if call.ID == "" {
-			call.ID = fmt.Sprintf("call_%d_%d", s.steps, i)
-		}
+	for _, call := range res.ToolCalls {
 		var out string
 		var info gym.CallInfo
 		if s.done {
@@ -337,7 +356,7 @@ func (s *Session) Step(ctx context.Context, a gym.Action) (gym.StepResult, error
 		})
 		texts = append(texts, out)
 	}
-	if len(a.ToolCalls) > 0 {
+	if len(calls) > 0 {
 		res.Observation.Text = strings.Join(texts, "\n\n")
 	}
 	res.Info.Actions = s.actions
@@ -453,15 +472,14 @@ func (s *Session) exec(ctx context.Context, command string) (string, int) {
 	return "sh: " + fields[0] + ": command not found\n", 127
 }
 
+// decodeArgs parses a call's arguments, held to the standard tool's schema.
 func decodeArgs(call gym.ToolCall, v any) error {
-	args := call.Function.Arguments
-	if strings.TrimSpace(args) == "" {
-		args = "{}"
+	for _, t := range gym.StandardTools() {
+		if t.Function.Name == call.Function.Name {
+			return gym.DecodeArguments(call.Function.Name, t.Function.Parameters, call.Function.Arguments, v)
+		}
 	}
-	if err := json.Unmarshal([]byte(args), v); err != nil {
-		return fmt.Errorf("%s: arguments are not a valid JSON object: %v", call.Function.Name, err)
-	}
-	return nil
+	return gym.DecodeArguments(call.Function.Name, gym.Schema{}, call.Function.Arguments, v)
 }
 
 // end marks the episode ended, keeping the first reason; s.mu must be held.

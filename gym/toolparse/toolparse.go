@@ -20,10 +20,57 @@ const (
 // Parsers returns the names of the supported parsers.
 func Parsers() []string { return []string{Hermes, JSON, ReAct} }
 
-// Parse extracts the tool calls from text with the named parser. Calls get
-// the ids "call_0", "call_1", ... in order unless the text gives one.
-// Errors: gym.ErrInvalidArgument for an unknown parser, gym.ErrAgent for a
-// malformed call.
+// Calls returns the tool calls of an action: its ToolCalls, or, when it
+// names a Parser, the calls parsed from its Text. Parsed calls have no id,
+// also when the text gives one (models repeat the ids of earlier turns):
+// the environment gives them gym.CallID ids, as it does to structured calls
+// without one. Errors: gym.ErrInvalidArgument for an unknown parser (the
+// step cannot be attempted), gym.ErrAgent for text whose calls cannot be
+// read (an observation for the agent).
+func Calls(a gym.Action) ([]gym.ToolCall, error) {
+	if a.Parser == "" {
+		return a.ToolCalls, nil
+	}
+	calls, err := Parse(a.Parser, a.Text)
+	for i := range calls {
+		calls[i].ID = ""
+	}
+	return calls, err
+}
+
+// Known reports whether parser is the name of a supported parser.
+func Known(parser string) bool {
+	for _, p := range Parsers() {
+		if p == parser {
+			return true
+		}
+	}
+	return false
+}
+
+// Detect returns the parser that fits text best, for text-mode policies
+// that accept every format: react when it has an "Action:" line, else
+// hermes when it has a <tool_call> block, else json when it starts with a
+// JSON object or array or has a ```json fence, else react (which finds no
+// call in it).
+func Detect(text string) string {
+	if actionLine.MatchString(text) {
+		return ReAct
+	}
+	if strings.Contains(text, "<tool_call>") {
+		return Hermes
+	}
+	t := strings.TrimSpace(text)
+	if strings.HasPrefix(t, "{") || strings.HasPrefix(strings.TrimSpace(strings.TrimPrefix(t, "[")), "{") || strings.Contains(t, "```json") {
+		return JSON
+	}
+	return ReAct
+}
+
+// Parse extracts the tool calls from text with the named parser. A call
+// keeps the id the text gives it ("id" in a JSON call object) and has an
+// empty id otherwise. Errors: gym.ErrInvalidArgument for an unknown
+// parser, gym.ErrAgent for a malformed call.
 func Parse(parser, text string) ([]gym.ToolCall, error) {
 	var (
 		raws []rawCall
@@ -43,12 +90,8 @@ func Parse(parser, text string) ([]gym.ToolCall, error) {
 		return nil, err
 	}
 	calls := make([]gym.ToolCall, 0, len(raws))
-	for i, r := range raws {
-		id := r.id
-		if id == "" {
-			id = fmt.Sprintf("call_%d", i)
-		}
-		calls = append(calls, gym.NewToolCall(id, r.name, r.args))
+	for _, r := range raws {
+		calls = append(calls, gym.NewToolCall(r.id, r.name, r.args))
 	}
 	return calls, nil
 }

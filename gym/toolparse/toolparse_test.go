@@ -111,9 +111,45 @@ func FuzzParse(f *testing.F) {
 			return
 		}
 		for _, c := range calls {
-			if c.ID == "" || c.Function.Name == "" || c.Type != "function" {
+			if c.Function.Name == "" || c.Type != "function" {
 				t.Fatalf("incomplete call %+v", c)
 			}
 		}
 	})
+}
+
+func TestCallsDropsTextIDs(t *testing.T) {
+	text := `<tool_call>{"id": "call_0", "name": "a", "arguments": {}}</tool_call><tool_call>{"name": "b"}</tool_call>`
+	calls, err := toolparse.Calls(gym.Action{Text: text, Parser: toolparse.Hermes})
+	if err != nil || len(calls) != 2 {
+		t.Fatalf("Calls: %+v, %v", calls, err)
+	}
+	for _, c := range calls {
+		if c.ID != "" {
+			t.Errorf("parsed call %s has id %q; the environment gives ids", c.Function.Name, c.ID)
+		}
+	}
+	structured := []gym.ToolCall{gym.NewToolCall("mine", "a", "{}")}
+	if calls, err := toolparse.Calls(gym.Action{ToolCalls: structured}); err != nil || len(calls) != 1 || calls[0].ID != "mine" {
+		t.Errorf("structured: %+v, %v", calls, err)
+	}
+	if _, err := toolparse.Calls(gym.Action{Text: "x", Parser: "xml"}); !errors.Is(err, gym.ErrInvalidArgument) {
+		t.Errorf("unknown parser: %v, want ErrInvalidArgument", err)
+	}
+}
+
+func TestDetect(t *testing.T) {
+	tests := []struct{ text, want string }{
+		{"Thought: x\nAction: execute_command\nAction Input: {}", toolparse.ReAct},
+		{`<tool_call>{"name": "a"}</tool_call>`, toolparse.Hermes},
+		{`{"name": "a"}`, toolparse.JSON},
+		{`[{"name": "a"}]`, toolparse.JSON},
+		{"here:\n```json\n{\"name\": \"a\"}\n```", toolparse.JSON},
+		{"no call at all", toolparse.ReAct},
+	}
+	for _, tt := range tests {
+		if got := toolparse.Detect(tt.text); got != tt.want {
+			t.Errorf("Detect(%q) = %s, want %s", tt.text, got, tt.want)
+		}
+	}
 }

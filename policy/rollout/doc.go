@@ -38,10 +38,15 @@
 // order, each answering its call's id. A call a plugin blocks is not sent to
 // the environment at all: the runner writes the tool message itself ("Blocked
 // by <plugin>: <reason>"), marks the step blocked in the trajectory, and
-// counts it as an agent_error action towards the action limit. A turn
-// without tool calls is answered with a user message asking for a tool call
-// (or the policy's parse error); after MaxNoActionTurns such turns in a row
-// the episode is evaluated and ends as no_action.
+// counts it as an agent_error action towards the action limit. A text turn
+// (gym.Turn.Parser set) is read with toolparse.Calls, as the environment
+// reads it; when no plugin blocked or replaced a call it is stepped as text,
+// and the environment parses it and names its calls. A turn without tool
+// calls is answered with a user message asking for a tool call (or the
+// policy's parse error); a text turn whose calls cannot be read is stepped,
+// and the environment's explanation becomes that message. After
+// MaxNoActionTurns such turns in a row the episode is evaluated and ends as
+// no_action.
 //
 // Time: the environment enforces the episode's global timeout itself,
 // truncating the step that overruns and evaluating. The runner bounds the

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/gymserver/gymserver/gym"
+	"github.com/gymserver/gymserver/gym/toolparse"
 	"github.com/gymserver/gymserver/policy/plugin"
 )
 
@@ -139,7 +140,7 @@ func (ep *episode) run(ctx context.Context) error {
 			// environment, which therefore cannot end the episode itself.
 			return ep.evaluate(ctx, gym.ReasonMaxActions)
 		}
-		turn, err := ep.act(ctx)
+		turn, parseErr, err := ep.act(ctx)
 		if err != nil {
 			if ctx.Err() != nil {
 				return errStopped
@@ -156,6 +157,14 @@ func (ep *episode) run(ctx context.Context) error {
 			if ep.noAction >= ep.r.opts.MaxNoActionTurns {
 				return ep.evaluate(ctx, gym.ReasonNoAction)
 			}
+			if parseErr != nil {
+				// The environment reads the text as it would a remote
+				// trainer's and explains what is wrong with it.
+				if err := ep.step(ctx, turn); err != nil {
+					return err
+				}
+				continue
+			}
 			nudge := turn.ParseError
 			if nudge == "" {
 				nudge = fmt.Sprintf("You did not call a tool. Continue the task with the tools (%s), and call %s when it is complete.",
@@ -165,7 +174,7 @@ func (ep *episode) run(ctx context.Context) error {
 			continue
 		}
 		ep.noAction = 0
-		if err := ep.step(ctx, turn.Message.ToolCalls); err != nil {
+		if err := ep.step(ctx, turn); err != nil {
 			return err
 		}
 	}
@@ -173,7 +182,10 @@ func (ep *episode) run(ctx context.Context) error {
 }
 
 // act asks the policy for the next turn and records it in the transcript.
-func (ep *episode) act(ctx context.Context) (gym.Turn, error) {
+// A text turn's calls are read with toolparse.Calls, as the environment
+// reads them, so that plugins and limits see them before the step; the
+// error is the text's parse error, for the agent.
+func (ep *episode) act(ctx context.Context) (turn gym.Turn, parseErr, err error) {
 	actCtx := ep.hardCtx
 	if !ep.agentDeadline.IsZero() {
 		var cancel context.CancelFunc
@@ -182,16 +194,22 @@ func (ep *episode) act(ctx context.Context) (gym.Turn, error) {
 	}
 	ep.turn++
 	start := time.Now()
-	turn, err := ep.task.policy.Act(actCtx, slices.Clip(ep.traj.Messages), ep.reset.Tools)
+	turn, err = ep.task.policy.Act(actCtx, slices.Clip(ep.traj.Messages), ep.reset.Tools)
 	rec := gym.TrajectoryTurn{Turn: ep.turn, MessageIndex: -1, Duration: gym.Duration(time.Since(start))}
 	if err != nil {
 		rec.Error = err.Error()
 		ep.traj.Turns = append(ep.traj.Turns, rec)
-		return gym.Turn{}, err
+		return gym.Turn{}, nil, err
 	}
 	msg := turn.Message
 	msg.Role = gym.RoleAssistant
 	msg.ToolCalls = slices.Clone(msg.ToolCalls)
+	if turn.Parser != "" {
+		msg.ToolCalls, parseErr = toolparse.Calls(textAction(turn))
+		if parseErr != nil {
+			rec.ParseError = parseErr.Error()
+		}
+	}
 	seen := map[string]bool{}
 	for i := range msg.ToolCalls {
 		c := &msg.ToolCalls[i]
@@ -208,11 +226,18 @@ func (ep *episode) act(ctx context.Context) (gym.Turn, error) {
 	rec.Usage = turn.Usage
 	rec.FinishReason = turn.FinishReason
 	rec.ToolCalls = len(msg.ToolCalls)
-	rec.ParseError = turn.ParseError
+	if turn.ParseError != "" {
+		rec.ParseError = turn.ParseError
+	}
 	ep.traj.Turns = append(ep.traj.Turns, rec)
 	ep.traj.Usage.Add(turn.Usage)
 	ep.traj.Messages = append(ep.traj.Messages, msg)
-	return turn, nil
+	return turn, parseErr, nil
+}
+
+// textAction is the action of a text turn: its text and parser.
+func textAction(turn gym.Turn) gym.Action {
+	return gym.Action{Text: turn.Message.Content, Parser: turn.Parser}
 }
 
 // pending is one call of a turn on its way to the environment.
@@ -225,11 +250,16 @@ type pending struct {
 	reason    string
 }
 
-// step runs the calls of one turn: the pre_action plugins decide each
-// call, the allowed ones are stepped together, and every call gets its
-// tool message in order. It returns errStopped when ctx was cancelled.
-func (ep *episode) step(ctx context.Context, calls []gym.ToolCall) error {
+// step runs the calls of one turn, the last message of the transcript:
+// the pre_action plugins decide each call, the allowed ones are stepped
+// together, and every call gets its tool message in order. A text turn
+// whose calls no plugin touched is stepped as text, so the environment
+// parses it and names its calls, exactly as for a remote trainer. It
+// returns errStopped when ctx was cancelled.
+func (ep *episode) step(ctx context.Context, turn gym.Turn) error {
 	r := ep.r
+	assistant := len(ep.traj.Messages) - 1
+	calls := ep.traj.Messages[assistant].ToolCalls
 	ps := make([]pending, len(calls))
 	var allowed []gym.ToolCall
 	for i, c := range calls {
@@ -257,10 +287,18 @@ func (ep *episode) step(ctx context.Context, calls []gym.ToolCall) error {
 	}
 	ep.actions += len(calls)
 
+	action := gym.Action{ToolCalls: allowed}
+	asText := turn.Parser != "" && len(allowed) == len(calls)
+	for _, p := range ps {
+		asText = asText && p.orig == nil
+	}
+	if asText {
+		action = textAction(turn)
+	}
 	var sr gym.StepResult
-	if len(allowed) > 0 {
+	if len(allowed) > 0 || asText {
 		var err error
-		sr, err = ep.sess.Step(ep.hardCtx, gym.Action{ToolCalls: allowed})
+		sr, err = ep.sess.Step(ep.hardCtx, action)
 		if err != nil {
 			if ctx.Err() != nil {
 				return errStopped
@@ -278,6 +316,18 @@ func (ep *episode) step(ctx context.Context, calls []gym.ToolCall) error {
 			// The calls still need tool messages for the transcript to
 			// stay a valid conversation.
 		}
+	}
+	if asText && len(sr.ToolCalls) == len(ps) {
+		// The environment named the calls it parsed.
+		for i := range ps {
+			ps[i].call = sr.ToolCalls[i]
+		}
+		ep.traj.Messages[assistant].ToolCalls = slices.Clone(sr.ToolCalls)
+	}
+	if len(ps) == 0 && sr.Observation.Text != "" {
+		// No call ran (the text could not be read): the explanation is
+		// the agent's next message.
+		ep.traj.Messages = append(ep.traj.Messages, gym.Message{Role: gym.RoleUser, Content: sr.Observation.Text})
 	}
 	msgs := map[string]gym.Message{}
 	for _, m := range sr.Observation.Messages {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/gymserver/gymserver/envs/config"
 	"github.com/gymserver/gymserver/gym"
+	"github.com/gymserver/gymserver/gym/toolparse"
 	"github.com/gymserver/gymserver/policy/rollout"
 )
 
@@ -146,6 +147,35 @@ func TestParseErrorIsSentBackToTheAgent(t *testing.T) {
 	if len(tools) != 2 || tools[0].ToolCallID == "" || tools[0].ToolCallID == tools[1].ToolCallID ||
 		tools[0].ToolCallID != tr.Messages[4].ToolCalls[0].ID {
 		t.Errorf("tool call ids: assistant %+v, tools %+v", tr.Messages[4].ToolCalls, tools)
+	}
+}
+
+// TestTextTurnsAreParsedByTheEnvironment: a text-mode turn is stepped as
+// text, so the environment parses it, reports a malformed call as it does
+// to a remote trainer, and names the calls; the transcript uses its ids.
+func TestTextTurnsAreParsedByTheEnvironment(t *testing.T) {
+	var n counter
+	turns := []gym.Turn{
+		{Message: gym.Message{Content: `<tool_call>{"name": "write_file", "arguments": {oops</tool_call>`}, Parser: toolparse.Hermes},
+		{Message: gym.Message{Content: `<tool_call>{"id": "call_0", "name": "write_file", "arguments": {"filepath": "out.txt", "content": "hello"}}</tool_call>`}, Parser: toolparse.Hermes},
+		{Message: gym.Message{Content: "Action: mark_done\nAction Input: {}"}, Parser: toolparse.ReAct},
+	}
+	pol := policyFunc(func(ctx context.Context, msgs []gym.Message, _ []gym.Tool) (gym.Turn, error) {
+		return turns[min(n.next(), len(turns)-1)], nil
+	})
+	sum := mustRun(t, runSpec{envs: []gym.Env{memEnv("mem")}, policy: pol})
+	tr := trajectory(t, sum, "mem", 0)
+	if !tr.EpisodeResult.Success || len(tr.Turns) != 3 {
+		t.Fatalf("turns = %+v, result = %+v", tr.Turns, tr.EpisodeResult)
+	}
+	// The malformed turn was a step: the environment's explanation follows.
+	if m := tr.Messages[3]; m.Role != gym.RoleUser || !strings.Contains(m.Content, "<tool_call> block 1") || tr.Turns[0].ParseError == "" {
+		t.Errorf("after the malformed turn: %+v (turn %+v)", m, tr.Turns[0])
+	}
+	tools := toolMessages(tr.Messages)
+	if len(tools) != 2 || tools[0].ToolCallID != gym.CallID(2, 0) || tools[1].ToolCallID != gym.CallID(3, 0) ||
+		tr.Messages[4].ToolCalls[0].ID != tools[0].ToolCallID || tr.Messages[6].ToolCalls[0].ID != tools[1].ToolCallID {
+		t.Errorf("tool call ids: assistants %+v %+v, tools %+v", tr.Messages[4].ToolCalls, tr.Messages[6].ToolCalls, tools)
 	}
 }
 

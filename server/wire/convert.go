@@ -333,6 +333,7 @@ func FromStepResult(r gym.StepResult) StepResult {
 		ev := FromEvaluation(*r.Info.Evaluation)
 		out.Info.Evaluation = &ev
 	}
+	out.ToolCalls = FromToolCalls(r.ToolCalls)
 	return out
 }
 
@@ -369,6 +370,7 @@ func ToStepResult(r StepResult) gym.StepResult {
 		ev := ToEvaluation(*r.Info.Evaluation)
 		out.Info.Evaluation = &ev
 	}
+	out.ToolCalls = ToToolCalls(r.ToolCalls)
 	return out
 }
 

@@ -244,7 +244,7 @@ type FunctionSpec struct {
 // Schema is the flat JSON Schema of a tool's parameters.
 type Schema struct {
 	Type                 string              `msgpack:"type"`
-	Properties           map[string]Property `msgpack:"properties"`
+	Properties           SortedMap[Property] `msgpack:"properties"`
 	Required             []string            `msgpack:"required"`
 	AdditionalProperties bool                `msgpack:"additionalProperties"`
 }
@@ -310,7 +310,8 @@ type StepResult struct {
 	Terminated  bool        `msgpack:"terminated"`
 	Truncated   bool        `msgpack:"truncated"`
 	Info        StepInfo    `msgpack:"info"`
-	// ToolCalls are the calls parsed from a step's text.
+	// ToolCalls are the calls the step ran, with their ids (parsed from
+	// the text of a text step).
 	ToolCalls []ToolCall `msgpack:"tool_calls,omitempty"`
 }
 
@@ -365,7 +366,7 @@ type Evaluation struct {
 	Tampered bool `msgpack:"tampered,omitempty"`
 	// Metrics are a verifier's named numbers (a Harbor task's
 	// reward.json); RewardKey names the one that is the reward.
-	Metrics   map[string]float64 `msgpack:"metrics,omitempty"`
+	Metrics   SortedMap[float64] `msgpack:"metrics,omitempty"`
 	RewardKey string             `msgpack:"reward_key,omitempty"`
 }
 
