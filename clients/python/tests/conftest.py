@@ -13,6 +13,7 @@ import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -137,11 +138,20 @@ def start_live(binary: Path, config: Path, *extra: str, timeout: float = 120) ->
     return LiveServer(proc=proc, addr=found[0], stderr_lines=lines)
 
 
-def _docker_leftovers() -> List[str]:
+def _docker_leftovers(pid: int) -> List[str]:
+    """_docker_leftovers lists the containers still owned by the server process pid.
+
+    A server labels its containers ``gymserver.owner=HOST:PID:RANDOM``; other
+    servers on the same engine (other test runs) are not counted.
+    """
     out = subprocess.run(
-        ["docker", "ps", "-a", "-q", "--filter", "label=gymserver.owner"], capture_output=True, text=True, timeout=60
+        ["docker", "ps", "-a", "--filter", "label=gymserver.owner", "--format", '{{.ID}} {{.Label "gymserver.owner"}}'],
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
-    return out.stdout.split()
+    mine = f"{socket.gethostname()}:{pid}:"
+    return [line.split()[0] for line in out.stdout.splitlines() if len(line.split()) == 2 and line.split()[1].startswith(mine)]
 
 
 @pytest.fixture(scope="session")
@@ -180,10 +190,10 @@ def live_server(live_env: Dict[str, Path]) -> Iterator[LiveServer]:
     finally:
         srv.stop()
         deadline = time.monotonic() + 60
-        left = _docker_leftovers()
+        left = _docker_leftovers(srv.proc.pid)
         while left and time.monotonic() < deadline:
             time.sleep(0.5)
-            left = _docker_leftovers()
+            left = _docker_leftovers(srv.proc.pid)
         assert not left, f"containers labelled gymserver.owner left behind: {left}"
 
 
