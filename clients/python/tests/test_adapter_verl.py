@@ -21,7 +21,6 @@ from types import SimpleNamespace
 from typing import Any, Awaitable, Callable, Dict, List, Optional
 
 import pytest
-import yaml
 
 from conftest import SOLUTION, Backend, wait_no_sessions
 from gymserver.adapters import _shared
@@ -132,13 +131,16 @@ def _fresh_shared_clients() -> Any:
 
 
 def loop_config(tmp: Path, b: Backend, **settings: Any) -> str:
-    """loop_config writes an agent-loop config file with a ``gymserver`` entry (and ``gymserver_tool_agent``)."""
+    """loop_config writes an agent-loop config file with a ``gymserver`` entry (and ``gymserver_tool_agent``).
+
+    Config files are written as JSON, which is YAML too (PyYAML is not a test dependency).
+    """
     entries = [
         {"name": "gymserver", "_target_": "gymserver.adapters.verl.GymServerAgentLoop", "gymserver_url": b.url, "parser": "hermes", **settings},
         {"name": "gymserver_tool_agent", "_target_": "gymserver.adapters.verl.GymServerToolAgentLoop"},
     ]
     path = tmp / "agent_loops.yaml"
-    path.write_text(yaml.safe_dump(entries))
+    path.write_text(json.dumps(entries))
     return str(path)
 
 
@@ -154,7 +156,7 @@ def tool_config(tmp: Path, b: Backend, schemas: Optional[Dict[str, Any]] = None)
             entry["tool_schema"] = schemas[name]
         tools.append(entry)
     path = tmp / "tools.yaml"
-    path.write_text(yaml.safe_dump({"tools": tools}))
+    path.write_text(json.dumps({"tools": tools}))
     return str(path)
 
 

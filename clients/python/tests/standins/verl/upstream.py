@@ -13,7 +13,7 @@ hermes parser, ``BaseTool``, schemas and tool registry run.
 Stubbed (not installed here, or too heavy): pydantic (a small BaseModel:
 annotated fields, per-instance copies of defaults, nested models from
 dicts, ``model_dump(exclude_unset, exclude_none)``, ``before`` validators),
-hydra (``utils.instantiate``), ray, cachetools, omegaconf (over
+hydra (``utils.instantiate``), ray, cachetools, PIL (when missing), omegaconf (over
 :class:`~.config.Config`), tensordict, transformers, regex (Python's
 ``re``), and the VERL modules outside the list above: ``verl.protocol``
 (:class:`~.agent_loop.DataProto`), ``verl.utils`` (``hf_tokenizer`` returns
@@ -29,6 +29,7 @@ import asyncio
 import contextlib
 import copy
 import importlib.util
+import json
 import os
 import re
 import subprocess
@@ -230,11 +231,9 @@ class _LRUCache(dict):
 class _OmegaConf:
     @staticmethod
     def load(path: str) -> Any:
-        """load reads a YAML file into a Config."""
-        import yaml
-
+        """load reads a config file into a Config (the tests write JSON, a subset of YAML)."""
         with open(path) as f:
-            return Config.wrap(yaml.safe_load(f))
+            return Config.wrap(json.load(f))
 
     @staticmethod
     def to_container(cfg: Any, resolve: bool = True) -> Any:
@@ -273,7 +272,7 @@ def _stubs() -> Dict[str, types.ModuleType]:
         hf_tokenizer=lambda path, **kw: TOKENIZER,
         hf_processor=lambda path, **kw: None,
     )
-    return {
+    mods = {
         "pydantic": _module("pydantic", BaseModel=_BaseModel, ConfigDict=dict, Field=_field, model_validator=_model_validator),
         "hydra": _module("hydra", package=True, utils=_module("hydra.utils", instantiate=standin.instantiate)),
         "hydra.utils": _module("hydra.utils", instantiate=standin.instantiate),
@@ -314,6 +313,9 @@ def _stubs() -> Dict[str, types.ModuleType]:
             "verl.interactions.utils.interaction_registry", initialize_interactions_from_config=lambda path: {}
         ),
     }
+    if importlib.util.find_spec("PIL") is None:
+        mods["PIL"] = _module("PIL", package=True, Image=_module("PIL.Image", Image=object))
+    return mods
 
 
 def load(mirror: str, commit: str, workdir: str) -> Dict[str, types.ModuleType]:
