@@ -29,7 +29,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Tuple
 from uuid import uuid4
 
 from .agent_loop import AgentLoopBase, AgentLoopOutput, register
