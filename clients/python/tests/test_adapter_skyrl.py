@@ -37,7 +37,8 @@ ADAPTER = "gymserver.adapters.skyrl"
 ROOTS = ("skyrl", "skyrl_gym", "omegaconf", "loguru", "tqdm", "pandas")
 
 SKYRL_REPO = "NovaSky-AI+SkyRL/repo"
-SKYRL_COMMIT = "a9564572eb8e91076be43c1bd5e4615e3de17265"
+#: SKYRL_COMMITS are the upstream versions the twin test runs: main and the skyrl-v0.3.0 tag.
+SKYRL_COMMITS = {"main": "a9564572eb8e91076be43c1bd5e4615e3de17265", "v0.3.0": "f5bc3b78dfddfb352870d5d7430cd226e5785838"}
 
 DONE = '<tool_call>{"name": "mark_done", "arguments": {}}</tool_call>'
 
@@ -223,6 +224,13 @@ def run_batch(sk: Any, cfg: Any, rows: List[Dict[str, Any]], scripts: Dict[str, 
     return types.SimpleNamespace(out=out, tok=tok, engine=engine, batch=batch)
 
 
+def prompt_tools(prompt: str) -> List[Dict[str, Any]]:
+    """prompt_tools parses the tool schemas out of the <tools> block of a rendered prompt (one JSON object per line)."""
+    assert prompt.count("<tools>\n") == 1, "the prompt has no single <tools> block"
+    block = prompt.split("<tools>\n", 1)[1].split("\n</tools>", 1)[0]
+    return [json.loads(line) for line in block.splitlines()]
+
+
 def prompt_length(sk: Any, backend: Backend, episode: Dict[str, Any]) -> int:
     """prompt_length is about the token length of an episode's first prompt (from one extra session, closed unevaluated)."""
     session = _shared.shared_client(backend.url).reset(episode["env"], seed=episode.get("seed"))
@@ -287,9 +295,8 @@ def test_episode_tools_reach_model(sk: Any, backend: Backend) -> None:
     assert all(c["tools"] is None for c in r.tok.calls)
     seen = r.engine.inputs["0_0"][0]
     envs = {e["id"]: e for e in _shared.shared_client(backend.url).envs()}
-    for tool in envs[backend.env]["tools"]:
-        assert json.dumps(tool, ensure_ascii=False) in seen
-    assert "<tools>" in seen and "<tool_call>" in seen and "dataset prompt" not in seen
+    assert prompt_tools(seen) == envs[backend.env]["tools"]
+    assert "<tool_call>" in seen and "dataset prompt" not in seen
     assert out["env_metrics"][0]["gymserver_reward"] == pytest.approx(1.0) and out["env_metrics"][0]["gymserver_masked"] == 0.0
     assert out["rollout_metrics"]["environment/gymserver_reward"] == pytest.approx(1.0)
     assert r.engine.finished == ["0_0"]
@@ -428,20 +435,20 @@ def _stub(name: str, **attrs: Any) -> types.ModuleType:
     return mod
 
 
-def _install_upstream(mirror: Path, dest: Path) -> None:
-    """_install_upstream checks SkyRL's real files out of the mirror into dest and imports them under their real names.
+def _install_upstream(mirror: Path, commit: str, dest: Path) -> None:
+    """_install_upstream checks SkyRL's real files at commit out of the mirror into dest and imports them under their real names.
 
     Real: the whole ``skyrl_gym`` package; ``skyrl/train/config/config.py``,
     ``skyrl/train/generators/{base,utils,skyrl_gym_generator}.py``,
-    ``skyrl/backends/skyrl_train/inference_servers/base.py`` and
-    ``skyrl/backends/skyrl_train/utils/routed_experts.py``. Stubbed: the
+    ``skyrl/backends/skyrl_train/inference_servers/base.py`` and (main
+    only) ``skyrl/backends/skyrl_train/utils/routed_experts.py``. Stubbed: the
     third-party modules missing here (omegaconf, loguru, tqdm, pandas) and
     the package ``__init__`` files of ``skyrl`` that pull in the rest of
     the trainer (Ray, vLLM, the VLM generator).
     """
     git_dir = mirror / SKYRL_REPO
     names = subprocess.run(
-        ["git", "--git-dir", str(git_dir), "ls-tree", "-r", "--name-only", SKYRL_COMMIT], capture_output=True, text=True, check=True
+        ["git", "--git-dir", str(git_dir), "ls-tree", "-r", "--name-only", commit], capture_output=True, text=True, check=True
     ).stdout.split()
     wanted = [n for n in names if n.startswith("skyrl-gym/skyrl_gym/") and n.endswith(".py")]
     wanted += [
@@ -450,16 +457,18 @@ def _install_upstream(mirror: Path, dest: Path) -> None:
         "skyrl/train/generators/utils.py",
         "skyrl/train/generators/skyrl_gym_generator.py",
         "skyrl/backends/skyrl_train/inference_servers/base.py",
-        "skyrl/backends/skyrl_train/utils/routed_experts.py",
     ]
+    if "skyrl/backends/skyrl_train/utils/routed_experts.py" in names:  # main only; v0.3.0 has no such module
+        wanted.append("skyrl/backends/skyrl_train/utils/routed_experts.py")
     for n in wanted:
-        blob = subprocess.run(["git", "--git-dir", str(git_dir), "show", f"{SKYRL_COMMIT}:{n}"], capture_output=True, check=True).stdout
+        blob = subprocess.run(["git", "--git-dir", str(git_dir), "show", f"{commit}:{n}"], capture_output=True, check=True).stdout
         out = dest / n.replace("skyrl-gym/", "", 1)
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_bytes(blob)
     # empty package __init__ files for skyrl (upstream's pull in the whole trainer)
     for pkg in ["skyrl", "skyrl/train", "skyrl/train/config", "skyrl/train/generators", "skyrl/backends",
                 "skyrl/backends/skyrl_train", "skyrl/backends/skyrl_train/inference_servers", "skyrl/backends/skyrl_train/utils"]:
+        (dest / pkg).mkdir(parents=True, exist_ok=True)
         (dest / pkg / "__init__.py").write_text('"""Empty package for the twin test."""\n')
 
     class DictConfig(dict):
@@ -487,15 +496,15 @@ def _install_upstream(mirror: Path, dest: Path) -> None:
             setattr(pkg, k, v)
 
 
-@pytest.fixture
-def upstream(fresh_modules: None, tmp_path: Path) -> types.SimpleNamespace:
-    """upstream is the adapter imported with SkyRL's real files (from GYMSERVER_UPSTREAM_MIRROR) installed."""
+@pytest.fixture(params=sorted(SKYRL_COMMITS))
+def upstream(request: pytest.FixtureRequest, fresh_modules: None, tmp_path: Path) -> types.SimpleNamespace:
+    """upstream is the adapter imported with SkyRL's real files (from GYMSERVER_UPSTREAM_MIRROR) installed, at each pinned commit."""
     mirror = os.environ.get("GYMSERVER_UPSTREAM_MIRROR")
     if not mirror:
         pytest.skip("GYMSERVER_UPSTREAM_MIRROR is not set (it names the directory holding the SkyRL mirror)")
     if not (Path(mirror) / SKYRL_REPO).exists():
         pytest.skip(f"no SkyRL mirror at {Path(mirror) / SKYRL_REPO}")
-    _install_upstream(Path(mirror), tmp_path)
+    _install_upstream(Path(mirror), SKYRL_COMMITS[request.param], tmp_path)
     adapter = importlib.import_module(ADAPTER)
     ns = types.SimpleNamespace(
         adapter=adapter,
@@ -551,7 +560,7 @@ def test_twin_upstream(upstream: Any, backend: Backend, step_wise: bool) -> None
     assert cut_rewards[max(i for i, v in enumerate(cut_mask) if v)] == pytest.approx(1.0)
     assert set(out["loss_masks"][last[2]]) == {0} and set(out["rewards"][last[2]]) == {0.0}
     assert out["env_metrics"][last[2]]["gymserver_masked"] == 1.0
-    assert "<tools>" in engine.inputs["0_0"][0] and all(c["tools"] is None for c in tok.calls)
+    assert prompt_tools(engine.inputs["0_0"][0]) and all(c["tools"] is None for c in tok.calls)
     if not step_wise:
         assert out["stop_reasons"] == ["stop", "length", "stop"] and out["env_metrics"][1]["gymserver_cut"] == 1.0
     wait_no_sessions(backend)
