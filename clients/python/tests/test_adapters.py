@@ -69,17 +69,3 @@ def test_trl_environment_factory(backend: Backend) -> None:
     envs[2].write_file(backend.solution_path, SOLUTION)
     rewards = asyncio.run(gymserver_reward_async(["a", "b", "c"], environments=envs))
     assert rewards[0] < 1.0 and rewards[1] < 1.0 and rewards[2] == pytest.approx(1.0)
-
-
-def test_skyrl_text_env(backend: Backend) -> None:
-    from gymserver.adapters.skyrl import GymServerTextEnv
-
-    env = GymServerTextEnv({"gymserver_url": backend.url, "parser": "hermes"}, {"extra_info": {"gymserver": {"env": backend.env, "seed": 2}}})
-    chat, meta = env.init([{"role": "user", "content": "dataset prompt"}])
-    assert chat[-1]["role"] == "user" and meta["session_id"] and meta["tools"]
-    out = env.step(solution_text(backend))
-    assert out["done"] is False and out["reward"] == 0.0 and out["observations"][0]["role"] == "user"
-    out = env.step(DONE)
-    assert out["done"] is True and out["reward"] == pytest.approx(1.0) and out["observations"] == []
-    env.close()
-    env.close()
