@@ -1,11 +1,14 @@
 """GRPO helper: run a group of sessions of one task concurrently and compute group-relative advantages.
 
 A group is N episodes of the same task with the same seed, driven by one
-policy. Each rollout's reward is compared with the group's: advantage =
-(r - mean) / (std + eps). Rollouts that failed for reasons that say nothing
-about the agent (the server's mask hint, a sandbox or verifier error, a
-policy exception, a lost connection) are flagged ``masked`` and left out of
-the mean and std, so a trainer can drop them.
+policy. Each rollout's reward is compared with the group's: by default
+advantage = (r - mean) / (std + eps) (GRPO); ``run_group(estimator=...)``
+picks Dr. GRPO (``"dr_grpo"``), RLOO (``"rloo"``) or a callable instead
+(:mod:`gymserver.rewards`, which also has relative and Pareto rewards).
+Rollouts that failed for reasons that say nothing about the agent (the
+server's mask hint, a sandbox or verifier error, a policy exception, a lost
+connection) are flagged ``masked`` and left out of the group statistics,
+so a trainer can drop them.
 """
 
 from __future__ import annotations
@@ -14,11 +17,13 @@ import asyncio
 import math
 import time
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Awaitable, Callable, List, Mapping, Optional, Sequence, Tuple, Union
 
 from .client import AsyncClient, AsyncSession
 from .errors import GymServerError
 from .results import Action, Evaluation, Message, StepResult
+from .rewards import Estimator, advantages, get_estimator
+from .rewards import grpo as _grpo
 
 __all__ = ["Policy", "Rollout", "GroupResult", "run_group", "group_advantages"]
 
@@ -39,7 +44,8 @@ class Rollout:
         index: position in the group.
         session_id: the server session id ("" if reset failed).
         reward: final reward (0.0 when masked).
-        advantage: group-relative advantage (0.0 when masked).
+        advantage: group-relative advantage from the group's estimator
+            (0.0 when masked).
         masked: True when the sample should be dropped by the trainer.
         error_class: why it was masked or failed: ``policy_error``,
             ``sandbox_error``, ``connection_lost``, ... ("" if none).
@@ -76,13 +82,16 @@ class GroupResult:
     Attributes:
         rollouts: one per group member, in index order.
         mean, std: statistics of the unmasked rewards (0.0 when none).
-        eps: the epsilon used in the advantage denominator.
+        eps: the epsilon used in the GRPO advantage denominator.
+        estimator: the advantage estimator's name (``"grpo"``,
+            ``"dr_grpo"``, ``"rloo"``), or the callable's name.
     """
 
     rollouts: List[Rollout]
     mean: float = 0.0
     std: float = 0.0
     eps: float = 1e-6
+    estimator: str = "grpo"
 
     @property
     def rewards(self) -> List[float]:
@@ -109,13 +118,10 @@ def group_advantages(rewards: Sequence[float], masked: Optional[Sequence[bool]] 
     """group_advantages returns (r - mean) / (std + eps) per reward, with statistics over unmasked rewards only.
 
     ``std`` is the population standard deviation. Masked entries get 0.0.
-    With no unmasked reward every advantage is 0.0.
+    With no unmasked reward, or all unmasked rewards equal, every advantage
+    is 0.0. It is :func:`gymserver.rewards.grpo` on plain lists.
     """
-    flags = list(masked) if masked is not None else [False] * len(rewards)
-    if len(flags) != len(rewards):
-        raise ValueError("rewards and masked differ in length")
-    mean, std = _mean_std([float(r) for r, m in zip(rewards, flags) if not m])
-    return [0.0 if m else (float(r) - mean) / (std + eps) for r, m in zip(rewards, flags)]
+    return _grpo(list(rewards), masked, eps)
 
 
 def _mean_std(vals: Sequence[float]) -> Tuple[float, float]:
@@ -214,6 +220,7 @@ async def run_group(
     max_turns: Optional[int] = None,
     parser: Optional[str] = None,
     eps: float = 1e-6,
+    estimator: Union[str, Estimator] = "grpo",
 ) -> GroupResult:
     """run_group runs ``n`` episodes of one task with one seed concurrently and returns rewards and advantages.
 
@@ -223,15 +230,23 @@ async def run_group(
     evaluated). Sessions are always closed. Rewards of masked rollouts
     (infrastructure failures, policy exceptions) are excluded from the group
     statistics and their advantage is 0.0.
+
+    ``estimator`` computes the advantages: ``"grpo"`` (default, (r - mean) /
+    (std + eps)), ``"dr_grpo"`` (r - mean), ``"rloo"`` (r - mean of the
+    others), or a callable ``(rewards, masked) -> advantages``
+    (:mod:`gymserver.rewards`). An unknown name raises ValueError before
+    any episode starts.
     """
     if n < 1:
         raise ValueError("n must be at least 1")
+    fn = get_estimator(estimator)
     rollouts = await asyncio.gather(
         *(_one(client, i, env, task, seed, options, policy, max_turns, parser) for i in range(n))
     )
-    advs = group_advantages([r.reward for r in rollouts], [r.masked for r in rollouts], eps)
+    advs = advantages([r.reward for r in rollouts], fn, [r.masked for r in rollouts], eps)
     for r, a in zip(rollouts, advs):
         r.advantage = a
     mean, std = _mean_std([r.reward for r in rollouts if not r.masked])
-    return GroupResult(rollouts=list(rollouts), mean=mean, std=std, eps=eps)
+    name = estimator if isinstance(estimator, str) else getattr(estimator, "__name__", type(estimator).__name__)
+    return GroupResult(rollouts=list(rollouts), mean=mean, std=std, eps=eps, estimator=name)
 
