@@ -14,6 +14,7 @@ Async: :class:`AsyncClient` (many sessions on one connection, pipelined);
 Many-task environments: ``client.tasks(env, offset, limit)``,
 ``client.iter_tasks(env)`` and :func:`seed_index` (which task a seed picks).
 Gymnasium: :mod:`gymserver.gym`. GRPO groups: :mod:`gymserver.grpo`.
+Reward computers and advantage estimators: :mod:`gymserver.rewards`.
 Trainer adapters: :mod:`gymserver.adapters`. Wire spec: server/wire/PROTOCOL.md.
 """
 

@@ -1,19 +1,27 @@
-"""Adapters that plug gymserver into RL trainers, one small module each.
+"""Adapters that plug gymserver into RL trainers, one module each.
 
-Each module imports its trainer lazily and falls back to a small local base
-class when the trainer is not installed, so it is always importable:
+Each module imports its trainer lazily and stays importable without it
+(``HAVE_VERL``, ``HAVE_SKYRL``, ... say whether the trainer was found); it
+never exports look-alike trainer classes. The release and commit each one was
+checked against are in its module docstring and in the README's "Trainers"
+section.
 
 * :mod:`gymserver.adapters.verl`: ``GymServerAgentLoop`` (VERL
-  ``AgentLoopBase``) and ``GymServerTool`` (VERL ``BaseTool``).
-* :mod:`gymserver.adapters.trl`: ``GymServerToolEnv`` for GRPOTrainer's
-  ``environment_factory`` and reward functions.
-* :mod:`gymserver.adapters.skyrl`: ``GymServerTextEnv`` (SkyRL ``BaseTextEnv``).
+  ``AgentLoopBase``), ``GymServerTool`` (``BaseTool``) and
+  ``GymServerToolAgentLoop`` (VERL's ``ToolAgentLoop`` that ends the tools'
+  session with the trajectory).
+* :mod:`gymserver.adapters.skyrl`: ``GymServerTextEnv`` (``BaseTextEnv``),
+  ``GymServerGenerator`` (``SkyRLGymGenerator`` that drops masked samples and
+  rewards length-cut episodes), ``train_config_class`` and ``register_env``.
+* :mod:`gymserver.adapters.trl`: GRPOTrainer's ``environment_factory`` with
+  the server's tools as methods, reward functions and the environment's own
+  reward.
 * :mod:`gymserver.adapters.openrlhf`: ``GymServerAgentInstance`` /
-  ``GymServerAgentExecutor`` (OpenRLHF agent API) and the function-style
-  ``reset``/``step`` of an ``agent_func`` file.
-* :mod:`gymserver.adapters.llamagym`: a LlamaGym-style ``Agent`` running on
-  :class:`~gymserver.gym.RemoteEnv`.
+  ``GymServerAgentExecutor`` for an ``--agent_func_path`` file.
+* :mod:`gymserver.adapters.llamagym`: LlamaGym's ``Agent`` (drop-in, PPO step
+  in plain PyTorch) and ``run_episode`` on :class:`~gymserver.gym.RemoteEnv`.
 
 Connection settings come from arguments or the ``GYMSERVER_URL`` and
-``GYMSERVER_TOKEN`` environment variables.
+``GYMSERVER_TOKEN`` environment variables; connections are per-process
+:class:`~gymserver.pool.AsyncPool` s (``_shared``).
 """
