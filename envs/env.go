@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	mrand "math/rand/v2"
 	"path"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -23,6 +24,11 @@ type Options struct {
 	Provider sandbox.Provider
 	// Logger receives diagnostics; nil discards them.
 	Logger *slog.Logger
+	// Tools are custom tools registered in code: every environment made
+	// with these options offers them, after the tools of its config, in
+	// every task. Each must pass config.Tool.Validate and take a name no
+	// other tool of the environment or its tasks has.
+	Tools []config.Tool
 }
 
 // NewRegistry returns a registry with one TaskEnv per environment of cfg.
@@ -49,7 +55,9 @@ type TaskEnv struct {
 	systemPrompt string
 	opts         Options
 	log          *slog.Logger
-	tools        []gym.Tool
+	// tools are the schemas of the standard tools and of the
+	// environment's custom tools (its config's, then Options.Tools).
+	tools []gym.Tool
 	// baked are the environment's copy_folders when it has init_commands,
 	// which may need them: they go into the prepared image. Without init
 	// commands they are starter files of every task, like the tasks' own,
@@ -84,6 +92,10 @@ type task struct {
 	cfg config.Environment
 	src config.Task
 	log *slog.Logger
+	// tools are the schemas the agent sees: the standard tools, then the
+	// task's custom tools; custom maps a custom tool's name to it.
+	tools  []gym.Tool
+	custom map[string]config.Tool
 
 	once sync.Once
 	err  error
@@ -112,8 +124,16 @@ func New(cfg *config.Config, ec config.Environment, opts Options) (*TaskEnv, err
 		systemPrompt: cfg.TemplatePrompt,
 		opts:         opts,
 		log:          log.With("env", ec.ID),
-		tools:        gym.StandardTools(),
 		byID:         map[string]*task{},
+	}
+	for _, t := range opts.Tools {
+		if err := t.Validate(); err != nil {
+			return nil, fmt.Errorf("environment %s: %w", ec.ID, err)
+		}
+	}
+	var err error
+	if e.tools, _, err = toolSet(ec.Tools, opts.Tools); err != nil {
+		return nil, fmt.Errorf("environment %s: %w", ec.ID, err)
 	}
 	for _, c := range ec.CopyFolders {
 		files, err := c.Files()
@@ -137,6 +157,9 @@ func New(cfg *config.Config, ec config.Environment, opts Options) (*TaskEnv, err
 			return nil, fmt.Errorf("environment %s: duplicate task %q: %w", ec.ID, tc.ID, gym.ErrInvalidArgument)
 		}
 		t := &task{env: e, cfg: taskConfig(ec, tc), src: tc, log: e.log.With("task", tc.ID)}
+		if t.tools, t.custom, err = toolSet(tc.Tools, opts.Tools); err != nil {
+			return nil, fmt.Errorf("environment %s: task %s: %w", ec.ID, tc.ID, err)
+		}
 		e.tasks = append(e.tasks, t)
 		e.byID[tc.ID] = t
 	}
@@ -148,6 +171,25 @@ func New(cfg *config.Config, ec config.Environment, opts Options) (*TaskEnv, err
 		}
 	}
 	return e, nil
+}
+
+// toolSet returns the schemas of the standard tools followed by the custom
+// tools of the config and of code, and the custom tools by name. A name
+// taken twice is an ErrInvalidArgument.
+func toolSet(fromConfig, fromCode []config.Tool) ([]gym.Tool, map[string]config.Tool, error) {
+	tools := gym.StandardTools()
+	custom := map[string]config.Tool{}
+	for _, t := range slices.Concat(fromConfig, fromCode) {
+		if gym.IsStandardTool(t.Name) {
+			return nil, nil, fmt.Errorf("tool %q: a standard tool has that name: %w", t.Name, gym.ErrInvalidArgument)
+		}
+		if _, dup := custom[t.Name]; dup {
+			return nil, nil, fmt.Errorf("tool %q: declared twice (in the config and in code?): %w", t.Name, gym.ErrInvalidArgument)
+		}
+		custom[t.Name] = t
+		tools = append(tools, t.Spec())
+	}
+	return tools, custom, nil
 }
 
 // taskConfig returns the environment's configuration with the task's
@@ -165,6 +207,7 @@ func taskConfig(ec config.Environment, tc config.Task) config.Environment {
 	c.Network = tc.Network
 	c.HiddenTests = tc.HiddenTests
 	c.Reference = tc.Reference
+	c.Tools = tc.Tools
 	return c
 }
 

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/gymserver/gymserver/envs/config"
 	"github.com/gymserver/gymserver/envs/sandbox"
 	"github.com/gymserver/gymserver/gym"
 	"github.com/gymserver/gymserver/gym/toolparse"
@@ -74,7 +75,7 @@ func (s *session) initial() gym.Reset {
 		TaskID:       t.src.ID,
 		SystemPrompt: e.systemPrompt,
 		Prompt:       t.cfg.Prompt,
-		Tools:        e.tools,
+		Tools:        t.tools,
 		Messages:     msgs,
 		Limits:       t.limits(),
 	}
@@ -141,7 +142,7 @@ func (s *session) Step(ctx context.Context, a gym.Action) (gym.StepResult, error
 		res.Info.Calls = []gym.CallInfo{{ExitCode: -1, ErrorClass: gym.ClassAgent, Error: parseErr.Error()}}
 	case len(calls) == 0:
 		// A turn without a tool call is an agent error, not a lost step.
-		res.Observation.Text = "No tool was called. Call one of the tools: " + strings.Join(toolNames(s.env.tools), ", ") + "."
+		res.Observation.Text = "No tool was called. Call one of the tools: " + strings.Join(toolNames(s.task.tools), ", ") + "."
 		res.Observation.Messages = []gym.Message{}
 		res.Info.Calls = []gym.CallInfo{{ExitCode: -1, ErrorClass: gym.ClassAgent, Error: "no tool call"}}
 	}
@@ -300,23 +301,11 @@ func (s *session) dispatch(ctx context.Context, call gym.ToolCall, info *gym.Cal
 		if err != nil {
 			return "", err
 		}
-		info.ExitCode = r.ExitCode
-		info.OutputDropped = r.StdoutDropped + r.StderrDropped
 		if args.Background {
+			info.ExitCode = r.ExitCode
 			return fmt.Sprintf("Started in the background (pid %d). Its output is discarded; redirect it to a file to keep it. Background processes are stopped before evaluation.", r.PID), nil
 		}
-		text := formatExec(r, req.MaxOutput)
-		switch {
-		case r.TimedOut:
-			info.ErrorClass = gym.ClassToolTimeout
-			info.Error = fmt.Sprintf("timed out after %s; the command and its children were killed", timeout)
-			text = "Timed out after " + timeout.String() + "; the command and its children were killed.\n" + text
-		case r.OOMKilled:
-			info.ErrorClass = gym.ClassAgent
-			info.Error = "killed: out of memory"
-			text = "Killed: the sandbox ran out of memory.\n" + text
-		}
-		return text, nil
+		return execObservation(r, req, info), nil
 
 	case gym.ToolWriteFile:
 		var args gym.WriteFileArgs
@@ -365,15 +354,66 @@ func (s *session) dispatch(ctx context.Context, call gym.ToolCall, info *gym.Cal
 		info.ExitCode = 0
 		return "Marked done. The episode is over; the tests will now run.", nil
 	}
+	if t, ok := s.task.custom[call.Function.Name]; ok {
+		return s.runTool(ctx, t, call, info)
+	}
 	return "", gym.Errorf(gym.ClassAgent, "unknown tool %q; available tools: %s",
-		call.Function.Name, strings.Join(toolNames(s.env.tools), ", "))
+		call.Function.Name, strings.Join(toolNames(s.task.tools), ", "))
+}
+
+// runTool runs a custom tool as execute_command runs a command: as the
+// agent, in the working directory, under the command timeout (or the
+// tool's, when shorter) and the output cap. The arguments, checked against
+// the tool's schema, are its stdin and never part of its command line.
+func (s *session) runTool(ctx context.Context, t config.Tool, call gym.ToolCall, info *gym.CallInfo) (string, error) {
+	args, err := gym.CheckArguments(t.Name, t.Spec().Function.Parameters, call.Function.Arguments)
+	if err != nil {
+		return "", err
+	}
+	cfg := s.task.cfg
+	timeout := cfg.Timeouts.Command
+	if t.Timeout > 0 && (timeout == 0 || t.Timeout < timeout) {
+		timeout = t.Timeout
+	}
+	req := sandbox.ExecRequest{
+		Argv:      t.Command,
+		Dir:       cfg.WorkingDirectory,
+		Timeout:   timeout,
+		MaxOutput: cfg.MaxOutput,
+		Stdin:     []byte(args),
+	}
+	r, err := s.sb.Exec(ctx, req)
+	if err != nil {
+		return "", err
+	}
+	return execObservation(r, req, info), nil
+}
+
+// execObservation records a finished command in info and returns what the
+// agent sees of it: exit code, stdout and stderr cut in the middle, and
+// why it was killed, if it was.
+func execObservation(r sandbox.ExecResult, req sandbox.ExecRequest, info *gym.CallInfo) string {
+	info.ExitCode = r.ExitCode
+	info.OutputDropped = r.StdoutDropped + r.StderrDropped
+	text := formatExec(r, req.MaxOutput)
+	switch {
+	case r.TimedOut:
+		info.ErrorClass = gym.ClassToolTimeout
+		info.Error = fmt.Sprintf("timed out after %s; the command and its children were killed", req.Timeout)
+		text = "Timed out after " + req.Timeout.String() + "; the command and its children were killed.\n" + text
+	case r.OOMKilled:
+		info.ErrorClass = gym.ClassAgent
+		info.Error = "killed: out of memory"
+		text = "Killed: the sandbox ran out of memory.\n" + text
+	}
+	return text
 }
 
 // decodeArgs parses a call's JSON arguments into v, held to the tool's
 // schema (gym.DecodeArguments): arguments it does not declare are refused.
 func (s *session) decodeArgs(call gym.ToolCall, v any) error {
 	var schema gym.Schema
-	for _, t := range s.env.tools {
+	for _, t := range s.task.tools {
 		if t.Function.Name == call.Function.Name {
 			schema = t.Function.Parameters
 		}

@@ -69,7 +69,8 @@ type FunctionSpec struct {
 }
 
 // Schema is the flat JSON Schema of a tool's parameters: an object whose
-// properties are scalars. Required is always present, possibly empty.
+// properties are scalars, arrays of scalars or free-form objects (see
+// Property). Required is always present, possibly empty.
 type Schema struct {
 	Type                 string              `json:"type"`
 	Properties           map[string]Property `json:"properties"`
@@ -77,11 +78,15 @@ type Schema struct {
 	AdditionalProperties bool                `json:"additionalProperties"`
 }
 
-// Property is the schema of one parameter.
+// Property is the schema of one parameter. Type is one of the JSON
+// Schema types "string", "number", "integer", "boolean", "array" or
+// "object" (any object). Enum, only for strings, lists the allowed values;
+// Items, only for arrays, is the schema of every element, itself a scalar.
 type Property struct {
-	Type        string   `json:"type"`
-	Description string   `json:"description"`
-	Enum        []string `json:"enum,omitempty"`
+	Type        string    `json:"type"`
+	Description string    `json:"description"`
+	Enum        []string  `json:"enum,omitempty"`
+	Items       *Property `json:"items,omitempty"`
 }
 
 // Usage counts tokens spent by a policy.

@@ -90,6 +90,9 @@ type Environment struct {
 	MaxActions int `json:"max_actions"`
 	// MaxOutput caps the bytes of one tool result shown to the agent.
 	MaxOutput int `json:"max_output"`
+	// Tools are custom tools offered beside the standard ones in every
+	// task of the environment.
+	Tools []Tool `json:"tools,omitempty"`
 
 	// Tasks are the environment's tasks, never empty after Load: those
 	// declared inline (`tasks`), then those of TasksFile (JSONL, one task

@@ -40,6 +40,9 @@ type Task struct {
 	MaxActions  int       `json:"max_actions"`
 	Resources   Resources `json:"resources"`
 	Network     string    `json:"network"`
+	// Tools are the task's custom tools: its environment's, then its own
+	// (a task may add tools, not replace or remove its environment's).
+	Tools []Tool `json:"tools,omitempty"`
 	// Metadata is the task's free-form data, passed through untouched.
 	Metadata map[string]any `json:"metadata,omitempty"`
 	// Harbor is the folder of a Harbor task directory this task was read
@@ -128,6 +131,7 @@ func OwnTask(e Environment) Task {
 		MaxActions:  e.MaxActions,
 		Resources:   e.Resources,
 		Network:     e.Network,
+		Tools:       e.Tools,
 	}
 }
 
@@ -285,6 +289,10 @@ func (d *decoder) task(src string, raw json.RawMessage, e *Environment, dir stri
 			})
 		},
 		"max_actions": d.integer(&t.MaxActions),
+		"tools": func(p string, r json.RawMessage) {
+			own := d.tools(p, r, e.Tools)
+			t.Tools = append(append([]Tool(nil), e.Tools...), own...)
+		},
 		"metadata": func(p string, r json.RawMessage) {
 			if isNull(r) {
 				return

@@ -165,7 +165,7 @@ func FromTools(ts []gym.Tool) []Tool {
 	for i, t := range ts {
 		props := make(map[string]Property, len(t.Function.Parameters.Properties))
 		for k, p := range t.Function.Parameters.Properties {
-			props[k] = Property{Type: p.Type, Description: p.Description, Enum: p.Enum}
+			props[k] = fromProperty(p)
 		}
 		req := t.Function.Parameters.Required
 		if req == nil {
@@ -185,13 +185,33 @@ func FromTools(ts []gym.Tool) []Tool {
 	return out
 }
 
+// fromProperty converts a parameter's schema.
+func fromProperty(p gym.Property) Property {
+	out := Property{Type: p.Type, Description: p.Description, Enum: p.Enum}
+	if p.Items != nil {
+		it := fromProperty(*p.Items)
+		out.Items = &it
+	}
+	return out
+}
+
+// toProperty converts a parameter's schema.
+func toProperty(p Property) gym.Property {
+	out := gym.Property{Type: p.Type, Description: p.Description, Enum: p.Enum}
+	if p.Items != nil {
+		it := toProperty(*p.Items)
+		out.Items = &it
+	}
+	return out
+}
+
 // ToTools converts tool schemas.
 func ToTools(ts []Tool) []gym.Tool {
 	out := make([]gym.Tool, len(ts))
 	for i, t := range ts {
 		props := make(map[string]gym.Property, len(t.Function.Parameters.Properties))
 		for k, p := range t.Function.Parameters.Properties {
-			props[k] = gym.Property{Type: p.Type, Description: p.Description, Enum: p.Enum}
+			props[k] = toProperty(p)
 		}
 		req := t.Function.Parameters.Required
 		if req == nil {

@@ -54,6 +54,16 @@ func exampleFrames() []frame {
 		Messages: []gym.Message{{Role: gym.RoleSystem, Content: "You are an agent."}, {Role: gym.RoleUser, Content: "Write hello to a.txt."}},
 		Limits:   gym.EpisodeLimits{MaxActions: 50, GlobalTimeout: gym.Duration(30 * time.Minute), CommandTimeout: gym.Duration(2 * time.Minute)},
 	}
+	// A custom tool (config `tools`) among the standard ones: its schema
+	// has an enum and an array's items.
+	customReset := reset
+	customReset.Tools = append(gym.StandardTools()[3:], gym.Tool{Type: "function", Function: gym.FunctionSpec{
+		Name: "lint", Description: "Lint files.", Parameters: gym.Schema{Type: "object", Required: []string{"files"},
+			Properties: map[string]gym.Property{
+				"files": {Type: "array", Description: "Files to lint.", Items: &gym.Property{Type: "string"}},
+				"level": {Type: "string", Enum: []string{"error", "warning"}},
+			}},
+	}})
 	snap := gym.Snapshot{ID: "mem-snap-1", EnvID: "mem", TaskID: "hello", SessionID: "mem-1", Steps: 1, Actions: 1,
 		Elapsed: gym.Duration(1500 * time.Millisecond), Created: start.Add(1500 * time.Millisecond)}
 	fork1, fork2 := reset, reset
@@ -84,6 +94,7 @@ func exampleFrames() []frame {
 			Message: "limit 5000 is out of range 1 … 1000 (0 means 100)"}}},
 		{"reset_request", wire.Request{ID: 3, Op: wire.OpReset, Env: "mem", Task: "hello", Seed: ptr(int64(7)), Options: map[string]any{"difficulty": "easy"}}},
 		{"reset_response", wire.Response{ID: 3, OK: true, Result: wire.FromReset(reset)}},
+		{"reset_custom_tool_response", wire.Response{ID: 3, OK: true, Result: wire.FromReset(customReset)}},
 		{"step_request", wire.Request{ID: 4, Op: wire.OpStep, Session: "mem-1", ToolCalls: wire.FromToolCalls([]gym.ToolCall{
 			gym.NewToolCall("c1", gym.ToolExecuteCommand, `{"command": "echo hi"}`)})}},
 		{"step_response", wire.Response{ID: 4, OK: true, Result: wire.FromStepResult(step)}},

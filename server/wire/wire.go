@@ -249,11 +249,13 @@ type Schema struct {
 	AdditionalProperties bool                `msgpack:"additionalProperties"`
 }
 
-// Property is the schema of one parameter.
+// Property is the schema of one parameter; Items is an array's element
+// schema.
 type Property struct {
-	Type        string   `msgpack:"type"`
-	Description string   `msgpack:"description"`
-	Enum        []string `msgpack:"enum,omitempty"`
+	Type        string    `msgpack:"type"`
+	Description string    `msgpack:"description"`
+	Enum        []string  `msgpack:"enum,omitempty"`
+	Items       *Property `msgpack:"items,omitempty"`
 }
 
 // ResetResult is the result of reset: the initial observation.
