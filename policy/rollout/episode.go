@@ -401,7 +401,10 @@ func (ep *episode) record(p pending, msg gym.Message, info gym.CallInfo) {
 	a := actionOf(p.call)
 	a.Turn = ep.turn
 	a.OriginalToolCall = p.orig
-	success := info.ErrorClass == "" && (info.ExitCode == 0 || p.call.Function.Name != gym.ToolExecuteCommand)
+	// A call that runs a command (execute_command, a custom tool) succeeds
+	// when it exits 0; the file tools and mark_done have no exit status.
+	runsCommand := p.call.Function.Name == gym.ToolExecuteCommand || !gym.IsStandardTool(p.call.Function.Name)
+	success := info.ErrorClass == "" && (info.ExitCode == 0 || !runsCommand)
 	ep.traj.Steps = append(ep.traj.Steps, gym.TrajectoryStep{
 		StepID:    newID(),
 		Timestamp: time.Now(),
