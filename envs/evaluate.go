@@ -19,7 +19,8 @@ const testOutputLimit = 64 << 10
 const junitLimit = 16 << 20
 
 // evaluate kills the agent's processes, installs the hidden tests, runs the
-// unit_tests commands and scores the test cases. Infrastructure failures
+// unit_tests commands (each after starting the environment's services
+// afresh) and scores the test cases. Infrastructure failures
 // come back as an evaluation with an error class and the mask hint, not as
 // an error; an error is returned only when ctx ends.
 func (t *task) evaluate(ctx context.Context, sb sandbox.Sandbox) (gym.Evaluation, error) {
@@ -65,6 +66,10 @@ func (t *task) evaluate(ctx context.Context, sb sandbox.Sandbox) (gym.Evaluation
 
 	for i, cmd := range t.cfg.UnitTests {
 		pytest := strings.Contains(cmd, "pytest")
+		notes, err := t.startServices(ctx, sb)
+		if err != nil {
+			return fail(gym.ClassSandbox, fmt.Errorf("before test command %d: %w", i, err))
+		}
 		r, err := sb.Exec(ctx, sandbox.ExecRequest{
 			Argv:      []string{"/bin/sh", "-c", cmd},
 			Dir:       t.cfg.WorkingDirectory,
@@ -80,12 +85,12 @@ func (t *task) evaluate(ctx context.Context, sb sandbox.Sandbox) (gym.Evaluation
 		tc := gym.TestCommand{
 			Command:  cmd,
 			ExitCode: r.ExitCode,
-			Output:   formatExec(r, testOutputLimit),
+			Output:   notes + formatExec(r, testOutputLimit),
 			Duration: gym.Duration(r.Duration),
 			TimedOut: r.TimedOut,
 			Success:  r.ExitCode == 0 && !r.TimedOut,
 		}
-		// Nothing the tests started may outlive them.
+		// Nothing the tests or the services started may outlive them.
 		if err := sb.KillAll(ctx); err != nil {
 			return fail(gym.ClassSandbox, fmt.Errorf("stop processes after test command %d: %w", i, err))
 		}

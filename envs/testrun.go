@@ -127,7 +127,7 @@ func (t *task) newTestRun() *testRun {
 	}
 	if err := guardTmpl.Execute(&buf, map[string]any{
 		"Roots": pyList(roots), "WorkDir": pyString(t.cfg.WorkingDirectory), "Canary": pyString(canary),
-		"Token": pyString(run.token),
+		"Token": pyString(run.token), "Sealed": pyBool(len(t.cfg.Services) > 0),
 	}); err != nil {
 		panic(err) // the template is ours
 	}
@@ -206,6 +206,9 @@ func (run *testRun) verdict(r sandbox.ExecResult, timeout time.Duration) verdict
 		return verdict{source: "exit_code", cases: []gym.TestCase{{Name: "(test run)", Status: gym.TestFailed,
 			Message: fmt.Sprintf("timed out after %s (test_timeout): pytest was stopped before it wrote its report, so the whole command counts as one failed test", timeout)}}}
 	}
+	if reason := run.guardRefused(r.Stderr); reason != "" {
+		return verdict{tampered: reason}
+	}
 	if len(bytes.TrimSpace(r.Report)) == 0 {
 		// pytest always writes its report when it finishes, so a run
 		// without one was cut short (os._exit in the code under test, a
@@ -245,6 +248,20 @@ func (run *testRun) verdict(r sandbox.ExecResult, timeout time.Duration) verdict
 		return verdict{tampered: fmt.Sprintf("the report has %d passing tests but pytest's summary line says %d", passed, n)}
 	}
 	return verdict{cases: cases, source: "junit"}
+}
+
+// guardRefused returns the guard's reason when it stopped the run because
+// the hidden tests could have been swapped (see _SEALED in guard.py.tmpl).
+// The code under test could print the same line, but only to have its own
+// run flagged.
+func (run *testRun) guardRefused(stderr []byte) string {
+	marker := "gymserver guard " + run.token + ": "
+	_, rest, ok := bytes.Cut(stderr, []byte(marker))
+	if !ok {
+		return ""
+	}
+	line, _, _ := bytes.Cut(rest, []byte("\n"))
+	return "the guard stopped the run: " + string(line)
 }
 
 // exitCase is the one test case of a command that is not pytest: its exit
@@ -291,6 +308,13 @@ func randomInt() int64 {
 func pyString(s string) string {
 	b, _ := json.Marshal(s)
 	return string(b)
+}
+
+func pyBool(b bool) string {
+	if b {
+		return "True"
+	}
+	return "False"
 }
 
 func pyList(items []string) string {

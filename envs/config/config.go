@@ -22,6 +22,7 @@ const (
 	DefaultSuccessThreshold   = 1.0
 	DefaultMaxRetries         = 0
 	DefaultPluginTimeout      = 30 * time.Second
+	DefaultServiceStartup     = 30 * time.Second
 	DefaultTemplatePrompt     = "You are an expert software engineer working in a Docker container environment. You have access to shell commands, can read and write files, and should implement the requested functionality step by step. Call mark_done when you are finished."
 	maxCopyBytes              = 64 << 20
 	defaultSaveTrajectoryEach = 1
@@ -93,6 +94,11 @@ type Environment struct {
 	// Tools are custom tools offered beside the standard ones in every
 	// task of the environment.
 	Tools []Tool `json:"tools,omitempty"`
+	// Services are programs the evaluator starts from the agent's files
+	// before each unit_tests command, for tasks whose tests call a server
+	// the agent wrote. Without them every process is gone while the tests
+	// run. Not for Harbor tasks, whose test.sh starts what it needs.
+	Services []Service `json:"services,omitempty"`
 
 	// Tasks are the environment's tasks, never empty after Load: those
 	// declared inline (`tasks`), then those of TasksFile (JSONL, one task
@@ -141,6 +147,25 @@ type Reference struct {
 	Files    []CopySpec    `json:"files"`
 	Contents []FileContent `json:"contents,omitempty"`
 	Commands []string      `json:"commands"`
+}
+
+// Service is one entry of an environment's `services`: a command the
+// evaluator runs in the background, as the agent's uid, in the working
+// directory, after the agent's processes are killed and the hidden tests
+// installed, once before each unit_tests command; it is killed with
+// everything else when the command ends. The agent's own processes never
+// stay alive for the tests: the service is started afresh from the files
+// the agent left.
+type Service struct {
+	// Name names the service in logs and test output.
+	Name string `json:"name"`
+	// Command is a shell command (/bin/sh -c).
+	Command string `json:"command"`
+	// Port, when not 0, is a TCP port inside the sandbox: the tests start
+	// once something listens on it, or once StartupTimeout has passed.
+	Port int `json:"port,omitempty"`
+	// StartupTimeout bounds the wait for Port (default 30 s).
+	StartupTimeout time.Duration `json:"startup_timeout"`
 }
 
 // Reward says how test results become a reward.

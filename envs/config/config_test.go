@@ -188,3 +188,18 @@ func TestCopySpecFiles(t *testing.T) {
 		t.Errorf("files (-want +got):\n%s", diff)
 	}
 }
+
+// TestServicesRefusedForHarborTasks checks that an environment whose tasks
+// include Harbor tasks cannot declare services: their test.sh starts what
+// it needs, and the Harbor verifier never starts services.
+func TestServicesRefusedForHarborTasks(t *testing.T) {
+	dir, err := filepath.Abs(filepath.Join("..", "..", "examples", "harbor"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = config.Parse([]byte(`{"environments": [{"id": "h", "docker_image": "img", "tasks_dir": "tasks",
+		"services": [{"name": "api", "command": "python3 app.py", "port": 8000}]}]}`), dir)
+	if err == nil || !strings.Contains(err.Error(), "environments[0].services: task ") || !strings.Contains(err.Error(), "is a Harbor task") {
+		t.Fatalf("err = %v, want services refused for a Harbor task", err)
+	}
+}

@@ -677,8 +677,8 @@ func (d *decoder) environment(path string, raw json.RawMessage, global Timeouts)
 		MaxOutput:        DefaultMaxOutput,
 		MaxRetries:       DefaultMaxRetries,
 	}
-	var copies, hidden, tasks []json.RawMessage
-	var copiesPath, hiddenPath, tasksPath string
+	var copies, hidden, tasks, services []json.RawMessage
+	var copiesPath, hiddenPath, tasksPath, servicesPath string
 	// refFiles finishes the reference solution once the working directory,
 	// which its files default to, is known.
 	var refFiles func(workdir string) []copyEntry
@@ -779,7 +779,9 @@ func (d *decoder) environment(path string, raw json.RawMessage, global Timeouts)
 		},
 		"tasks_file": d.str(&e.TasksFile),
 		"tasks_dir":  d.str(&e.TasksDir),
+		"services":   func(p string, r json.RawMessage) { servicesPath, services = p, d.array(p, r) },
 	})
+	e.Services = d.services(servicesPath, services)
 	_, ownTimeouts := obj["timeout_config"]
 	many := tasks != nil || e.TasksFile != "" || e.TasksDir != ""
 	d.checkEnvironment(path, &e, ownTimeouts, many)
@@ -806,7 +808,90 @@ func (d *decoder) environment(path string, raw json.RawMessage, global Timeouts)
 	d.envCopies = copyEntries
 	d.taskSources(path, &e, tasks, tasksPath)
 	d.envCopies = nil
+	if len(e.Services) > 0 {
+		d.checkServiceTasks(servicesPath, &e)
+	}
 	return e, true
+}
+
+// agentWritable are folders where the agent can make directories of its
+// own (besides the working directory).
+var agentWritable = []string{"/tmp", "/var/tmp", "/dev/shm", "/run", "/home"}
+
+// checkServiceTasks checks the tasks of an environment with services.
+// A service is the agent's code running while pytest collects the hidden
+// tests, so nothing of the agent's may be able to rename them: a hidden
+// root below a directory the agent owns could be swapped for one of its
+// own before collection (the guard also checks this at run time).
+func (d *decoder) checkServiceTasks(path string, e *Environment) {
+	for _, t := range e.Tasks {
+		if t.HarborTask != nil {
+			d.fail(path, "task %s is a Harbor task: its tests/test.sh starts what it needs, services do not apply", t.ID)
+			return
+		}
+		for _, r := range t.HiddenRoots() {
+			bad := ""
+			for _, w := range append([]string{e.WorkingDirectory}, agentWritable...) {
+				if r == w || strings.HasPrefix(r, strings.TrimSuffix(w, "/")+"/") {
+					bad = w
+					break
+				}
+			}
+			if bad != "" {
+				d.fail(path, "task %s: hidden tests at %s are below %s, where the agent can rename them; with services the agent's code runs while the tests are collected, so install them elsewhere (e.g. /tests) and name that path in unit_tests", t.ID, r, bad)
+			}
+		}
+	}
+}
+
+// services decodes an environment's `services`.
+func (d *decoder) services(path string, items []json.RawMessage) []Service {
+	var out []Service
+	names, ports := map[string]int{}, map[int]int{}
+	for i, raw := range items {
+		p := index(path, i)
+		obj, ok := d.object(p, raw)
+		if !ok {
+			continue
+		}
+		s := Service{StartupTimeout: DefaultServiceStartup}
+		d.apply(p, obj, fields{
+			"name":            d.str(&s.Name),
+			"command":         d.str(&s.Command),
+			"port":            d.integer(&s.Port),
+			"startup_timeout": d.duration(&s.StartupTimeout),
+		})
+		switch {
+		case d.failed[join(p, "name")]:
+		case s.Name == "":
+			d.fail(join(p, "name"), "missing")
+		case !idPattern.MatchString(s.Name):
+			d.fail(join(p, "name"), "%q: use letters, digits, '_', '.', '-' (at most 128)", s.Name)
+		default:
+			if j, dup := names[s.Name]; dup {
+				d.fail(join(p, "name"), "duplicate name %q (also %s)", s.Name, index(path, j))
+			}
+			names[s.Name] = i
+		}
+		if strings.TrimSpace(s.Command) == "" && !d.failed[join(p, "command")] {
+			d.fail(join(p, "command"), "missing: the shell command that starts the service")
+		}
+		switch {
+		case d.failed[join(p, "port")]:
+		case s.Port < 0 || s.Port > 65535:
+			d.fail(join(p, "port"), "must be a TCP port (1-65535), or 0 for none, got %d", s.Port)
+		case s.Port > 0:
+			if j, dup := ports[s.Port]; dup {
+				d.fail(join(p, "port"), "port %d is also %s's", s.Port, index(path, j))
+			}
+			ports[s.Port] = i
+		}
+		if s.StartupTimeout <= 0 && !d.failed[join(p, "startup_timeout")] {
+			d.fail(join(p, "startup_timeout"), "must be positive")
+		}
+		out = append(out, s)
+	}
+	return out
 }
 
 // checkEnvironment checks the environment's own fields; many says its

@@ -31,7 +31,10 @@
 // Plugins are loaded from config.Plugin entries by Load, which validates
 // every entry at once without starting anything. An entry with a command is
 // an external plugin (see External); any other entry must name a built-in:
-// safety_filter, performance_based_rollout or trajectory_analysis.
+// safety_filter, performance_based_rollout or trajectory_analysis, or one
+// of Real Work's class names for them (SeedAliases: SafetyFilterPlugin,
+// PerformanceBasedRolloutPlugin, TrajectoryAnalysisPlugin), after which the
+// plugin goes by the built-in's name.
 //
 // A plugin that fails (an error, a timeout, a bad answer) is logged,
 // counted in Stats and recorded in the trajectory; the run goes on as if it

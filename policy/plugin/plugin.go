@@ -192,6 +192,14 @@ var builtins = map[string]func(raw []byte) (Plugin, error){
 	TrajectoryAnalysisName: newTrajectoryAnalysis,
 }
 
+// SeedAliases maps the class names of Real Work's built-in plugins, as its
+// users list them in "plugins", to the built-ins that do their job.
+var SeedAliases = map[string]string{
+	"SafetyFilterPlugin":            SafetyFilterName,
+	"PerformanceBasedRolloutPlugin": PerformanceRolloutName,
+	"TrajectoryAnalysisPlugin":      TrajectoryAnalysisName,
+}
+
 // Builtins returns the names of the built-in plugins, sorted.
 func Builtins() []string {
 	names := make([]string, 0, len(builtins))
@@ -215,6 +223,12 @@ func Load(cfgs []config.Plugin, dir string, logger *slog.Logger) (*Set, error) {
 	seen := map[string]int{}
 	for i, c := range cfgs {
 		where := fmt.Sprintf("plugins[%d] (%s)", i, c.Name)
+		if canon, ok := SeedAliases[c.Name]; ok && len(c.Command) == 0 {
+			// The plugin goes by its own name from here on: in the
+			// trajectories' data, the stats and the hooks' messages.
+			logger.Info("plugin: seed class name", "plugin", c.Name, "builtin", canon)
+			c.Name = canon
+		}
 		if j, dup := seen[c.Name]; dup {
 			errs = append(errs, fmt.Errorf("%s: duplicate name (also plugins[%d])", where, j))
 		}

@@ -154,3 +154,41 @@ func TestAnalyze(t *testing.T) {
 		t.Errorf("Analyze (-want +got):\n%s", diff)
 	}
 }
+
+// TestSeedClassNamesAreAliases checks that Real Work's class names load
+// the built-ins under their own names, settings included, and that an
+// alias and its built-in are the same plugin.
+func TestSeedClassNamesAreAliases(t *testing.T) {
+	set, err := plugin.Load([]config.Plugin{
+		{Name: "SafetyFilterPlugin", Enabled: true, Config: json.RawMessage(`{"patterns": ["forbidden"]}`)},
+		{Name: "PerformanceBasedRolloutPlugin", Enabled: true},
+		{Name: "TrajectoryAnalysisPlugin", Enabled: true},
+	}, t.TempDir(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]string{"safety_filter", "performance_based_rollout", "trajectory_analysis"}, set.Names()); diff != "" {
+		t.Errorf("names (-want +got):\n%s", diff)
+	}
+	tc := gym.NewToolCall("c1", gym.ToolExecuteCommand, `{"command": "echo forbidden"}`)
+	if out := set.Fire(t.Context(), plugin.Event{Hook: plugin.PreAction, ToolCall: &tc}); !out.Blocked || out.BlockedBy != "safety_filter" {
+		t.Errorf("SafetyFilterPlugin with its config did not block: %+v", out)
+	}
+	if _, ok := set.Stats()["safety_filter"]; !ok {
+		t.Errorf("stats %v lack safety_filter", set.Stats())
+	}
+
+	_, err = plugin.Load([]config.Plugin{
+		{Name: "safety_filter", Enabled: true},
+		{Name: "SafetyFilterPlugin", Enabled: true},
+		{Name: "SafetyFilterPlugin", Enabled: true, Config: json.RawMessage(`{"nope": 1}`)},
+	}, t.TempDir(), nil)
+	for _, want := range []string{
+		"plugins[1] (SafetyFilterPlugin): duplicate name (also plugins[0])",
+		"plugins[2] (SafetyFilterPlugin): config:",
+	} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("error %v lacks %q", err, want)
+		}
+	}
+}
