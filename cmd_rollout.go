@@ -35,29 +35,35 @@ type rolloutFlags struct {
 	maxTokens              int
 	timeout                secondsFlag
 	maxContext, maxOutput  int
-	// The seed's caching and usage flags, and the per-episode caps.
+	output                 string
+	dryRun, quiet          bool
+	logLevel               string
+	parallel, episodes     int
+	episodesPerTask        int
+	tasksPerEnv            int
+	sampleSeed             int64
+	tasks                  string
+	warmPool               int
+	orphanAfter            time.Duration
+	noJanitor              bool
+	janitorLog             string
+	caches                 cacheCapFlags
+	policy                 string
+	server, token          string
+	usage                  llmUsageFlags
+	resultsFormat          string
+	// set holds the names of the flags given on the command line.
+	set map[string]bool
+}
+
+// llmUsageFlags are the seed's response-cache and token-usage flags, and
+// the per-episode caps.
+type llmUsageFlags struct {
 	enableCaching, disableCaching         bool
 	cacheSize                             int
 	disableTokenTracking, disableWarnings bool
 	maxCost                               float64
 	maxEpisodeTokens                      int
-	output, resultsFormat                 string
-	dryRun, quiet                         bool
-	logLevel                              string
-	parallel, episodes                    int
-	episodesPerTask                       int
-	tasksPerEnv                           int
-	sampleSeed                            int64
-	tasks                                 string
-	warmPool                              int
-	orphanAfter                           time.Duration
-	noJanitor                             bool
-	janitorLog                            string
-	caches                                cacheCapFlags
-	policy                                string
-	server, token                         string
-	// set holds the names of the flags given on the command line.
-	set map[string]bool
 }
 
 // secondsFlag is a duration given as seconds ("60", "2.5") or as a Go
@@ -110,13 +116,13 @@ func rolloutWith(ctx context.Context, args []string, stdout, stderr io.Writer, l
 	fs.Var(&f.timeout, "llm-timeout", "timeout of one API call, in seconds (default: llm_config.timeout, else 60)")
 	fs.IntVar(&f.maxContext, "llm-max-context-messages", 0, "send at most this many messages, dropping the oldest turns (default: llm_config.max_context_messages; 0 sends all)")
 	fs.IntVar(&f.maxOutput, "llm-max-output-length", 0, "cut tool results sent to the model to this many bytes (default: llm_config.max_output_length; 0 sends them whole)")
-	fs.BoolVar(&f.enableCaching, "llm-enable-caching", false, "answer a request identical to an earlier one from a cache, at temperature 0 only (default: llm_config.enable_caching, else off)")
-	fs.BoolVar(&f.disableCaching, "llm-disable-caching", false, "no response cache (wins over --llm-enable-caching)")
-	fs.IntVar(&f.cacheSize, "llm-cache-size", 0, fmt.Sprintf("answers the response cache keeps (default: llm_config.cache_size, else %d)", policy.DefaultCacheSize))
-	fs.BoolVar(&f.disableTokenTracking, "llm-disable-token-tracking", false, "the seed's switch for counting tokens; here usage is always recorded, and this turns off the high-usage warnings")
-	fs.BoolVar(&f.disableWarnings, "llm-disable-high-usage-warnings", false, fmt.Sprintf("no warning when the run's estimated cost passes $%g, then each doubling (default: llm_config.warn_high_usage)", policy.DefaultHighUsageCost))
-	fs.Float64Var(&f.maxCost, "llm-max-cost-per-episode", 0, "end an episode as truncated (reason budget, tests still run) once its estimated cost reaches this many USD (default: llm_config.max_cost_per_episode; 0: no cap)")
-	fs.IntVar(&f.maxEpisodeTokens, "llm-max-tokens-per-episode", 0, "end an episode as truncated (reason budget, tests still run) once it spent this many tokens (default: llm_config.max_tokens_per_episode; 0: no cap)")
+	fs.BoolVar(&f.usage.enableCaching, "llm-enable-caching", false, "answer a request identical to an earlier one from a cache, at temperature 0 only (default: llm_config.enable_caching, else off)")
+	fs.BoolVar(&f.usage.disableCaching, "llm-disable-caching", false, "no response cache (wins over --llm-enable-caching)")
+	fs.IntVar(&f.usage.cacheSize, "llm-cache-size", 0, fmt.Sprintf("answers the response cache keeps (default: llm_config.cache_size, else %d)", policy.DefaultCacheSize))
+	fs.BoolVar(&f.usage.disableTokenTracking, "llm-disable-token-tracking", false, "the seed's switch for counting tokens; here usage is always recorded, and this turns off the high-usage warnings")
+	fs.BoolVar(&f.usage.disableWarnings, "llm-disable-high-usage-warnings", false, fmt.Sprintf("no warning when the run's estimated cost passes $%g, then each doubling (default: llm_config.warn_high_usage)", policy.DefaultHighUsageCost))
+	fs.Float64Var(&f.usage.maxCost, "llm-max-cost-per-episode", 0, "end an episode as truncated (reason budget, tests still run) once its estimated cost reaches this many USD (default: llm_config.max_cost_per_episode; 0: no cap)")
+	fs.IntVar(&f.usage.maxEpisodeTokens, "llm-max-tokens-per-episode", 0, "end an episode as truncated (reason budget, tests still run) once it spent this many tokens (default: llm_config.max_tokens_per_episode; 0: no cap)")
 	fs.StringVar(&f.output, "output", "results.json", "results file; the stats go beside it as NAME.stats.json")
 	fs.StringVar(&f.resultsFormat, "results-format", rollout.ResultsSummary, "results file records: summary (one summary per episode, naming its trajectory file) or seed (each episode whole, with steps and test_results, as Real Work wrote it)")
 	fs.BoolVar(&f.dryRun, "dry-run", false, "check the config, plugins and flags and print the plan; starts nothing, needs no API key and no Docker")
@@ -176,13 +182,13 @@ func rolloutWith(ctx context.Context, args []string, stdout, stderr io.Writer, l
 	if f.resultsFormat != rollout.ResultsSummary && f.resultsFormat != rollout.ResultsSeed {
 		return fail(2, "--results-format %q: want %s or %s", f.resultsFormat, rollout.ResultsSummary, rollout.ResultsSeed)
 	}
-	if f.set["llm-cache-size"] && f.cacheSize < 1 {
+	if f.set["llm-cache-size"] && f.usage.cacheSize < 1 {
 		return fail(2, "--llm-cache-size must be at least 1")
 	}
-	if f.set["llm-max-cost-per-episode"] && f.maxCost <= 0 {
+	if f.set["llm-max-cost-per-episode"] && f.usage.maxCost <= 0 {
 		return fail(2, "--llm-max-cost-per-episode must be positive (USD)")
 	}
-	if f.set["llm-max-tokens-per-episode"] && f.maxEpisodeTokens < 1 {
+	if f.set["llm-max-tokens-per-episode"] && f.usage.maxEpisodeTokens < 1 {
 		return fail(2, "--llm-max-tokens-per-episode must be at least 1")
 	}
 	logger, err := newLogger(stderr, f.logLevel)
@@ -473,8 +479,8 @@ func llmConfig(l config.LLM, f *rolloutFlags) (policy.Config, string) {
 	}
 	// The cache is the seed's enable_caching, off unless asked (the seed
 	// had it on; here it is used only at temperature 0, see policy.Config).
-	caching := (l.EnableCaching != nil && *l.EnableCaching) || f.enableCaching
-	if f.disableCaching {
+	caching := (l.EnableCaching != nil && *l.EnableCaching) || f.usage.enableCaching
+	if f.usage.disableCaching {
 		caching = false
 	}
 	size := policy.DefaultCacheSize
@@ -482,13 +488,13 @@ func llmConfig(l config.LLM, f *rolloutFlags) (policy.Config, string) {
 		size = l.CacheSize
 	}
 	if f.set["llm-cache-size"] {
-		size = f.cacheSize
+		size = f.usage.cacheSize
 	}
 	if caching {
 		pc.CacheSize = size
 	}
 	if (l.WarnHighUsage != nil && !*l.WarnHighUsage) || (l.TrackTokenUsage != nil && !*l.TrackTokenUsage) ||
-		f.disableWarnings || f.disableTokenTracking {
+		f.usage.disableWarnings || f.usage.disableTokenTracking {
 		pc.HighUsageCost = 0
 	}
 	if l.InputCostPer1K != nil || l.OutputCostPer1K != nil {
@@ -530,18 +536,22 @@ func llmBudget(l config.LLM, f *rolloutFlags, pc policy.Config) (rollout.Budget,
 		b.MaxCost = *l.MaxCostPerEpisode
 	}
 	if f.set["llm-max-cost-per-episode"] {
-		b.MaxCost = f.maxCost
+		b.MaxCost = f.usage.maxCost
 	}
 	b.MaxTokens = l.MaxTokensPerEpisode
 	if f.set["llm-max-tokens-per-episode"] {
-		b.MaxTokens = f.maxEpisodeTokens
+		b.MaxTokens = f.usage.maxEpisodeTokens
 	}
-	wantCache := (l.EnableCaching != nil && *l.EnableCaching) || f.enableCaching
-	if wantCache && !f.disableCaching && !pc.Caches() {
+	wantCache := (l.EnableCaching != nil && *l.EnableCaching) || f.usage.enableCaching
+	if wantCache && !f.usage.disableCaching && !pc.Caches() {
 		warns = append(warns, fmt.Sprintf("response caching is off at temperature %g: the seed replayed its answer to an identical conversation at any temperature, "+
 			"which would turn repeated episodes into copies; here the cache answers only at temperature 0 (--llm-temperature 0)", pc.Temperature))
 	}
-	if f.disableTokenTracking {
+	if (l.CacheSize > 0 || f.set["llm-cache-size"]) && !wantCache && !f.usage.disableCaching {
+		warns = append(warns, "cache_size is set but there is no response cache: the seed cached by default; "+
+			"here caching is off unless llm_config.enable_caching or --llm-enable-caching asks for it (at temperature 0 only)")
+	}
+	if f.usage.disableTokenTracking {
 		warns = append(warns, "--llm-disable-token-tracking: the seed stopped counting tokens; token usage is still recorded here (the endpoint reports it at no cost), only the high-usage warnings are off")
 	}
 	if _, known := policy.PriceFor(pc.Model); b.MaxCost > 0 && !known && pc.Price == (policy.Price{}) {

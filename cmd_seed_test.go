@@ -171,6 +171,11 @@ func TestRolloutSeedFlags(t *testing.T) {
 	if !strings.Contains(stdout, "no response cache") {
 		t.Errorf("--llm-disable-caching: plan:\n%s", stdout)
 	}
+	// A cache size alone does not turn the cache on, and says so.
+	_, stdout, _ = runCmd(t, noLoader(t), calculatorConfig, "--dry-run", "--llm-temperature", "0", "--llm-cache-size", "5")
+	if !strings.Contains(stdout, "no response cache") || !strings.Contains(stdout, "warning: cache_size is set but there is no response cache") {
+		t.Errorf("--llm-cache-size alone: plan:\n%s", stdout)
+	}
 	// An unknown model's cost is GPT-4's, with a warning.
 	_, stdout, _ = runCmd(t, noLoader(t), calculatorConfig, "--dry-run", "--llm-model", "local/qwen", "--llm-max-cost-per-episode", "2")
 	if !strings.Contains(stdout, "model local/qwen is not in the seed's price table") {
