@@ -52,11 +52,11 @@ func runImageBuild(ctx context.Context, args []string, stdout, stderr io.Writer)
 	fs := flag.NewFlagSet("image build", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: gymserver image build [REF...]")
-		fmt.Fprintln(stderr, "built-in images:", baseimage.Refs())
+		fmt.Fprintln(fs.Output(), "usage: gymserver image build [REF...]")
+		fmt.Fprintln(fs.Output(), "built-in images:", baseimage.Refs())
 	}
-	if err := fs.Parse(args); err != nil {
-		return 2
+	if code, ok := parseFlags(fs, args, stdout, stderr); !ok {
+		return code
 	}
 	refs := fs.Args()
 	if len(refs) == 0 {
@@ -86,11 +86,11 @@ func runImageLs(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	var labels labelsFlag
 	fs.Var(&labels, "label", "only list images with this KEY or KEY=VALUE label (repeatable)")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: gymserver image ls [--json] [--label KEY=VALUE]")
+		fmt.Fprintln(fs.Output(), "usage: gymserver image ls [--json] [--label KEY=VALUE]")
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
-		return 2
+	if code, ok := parseFlags(fs, args, stdout, stderr); !ok {
+		return code
 	}
 	if fs.NArg() != 0 {
 		fs.Usage()
@@ -121,7 +121,7 @@ func runImageLs(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	var total int64
 	for _, img := range list {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s ago\t%s\n", imageName(img), img.Kind, units.HumanSize(float64(img.Size)),
-			units.HumanDuration(now.Sub(img.LastUsed)), inUse(img))
+			units.HumanDuration(now.Sub(img.LastUsed.Time)), inUse(img))
 		total += img.Size
 	}
 	tw.Flush()
@@ -175,11 +175,11 @@ func runImagePrune(ctx context.Context, args []string, stdout, stderr io.Writer)
 	var labels labelsFlag
 	fs.Var(&labels, "label", "only prune images with this KEY or KEY=VALUE label (repeatable)")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: gymserver image prune [--all] [--dry-run] [--max-images N] [--max-bytes SIZE] [--min-idle D] [--json] [--label KEY=VALUE]")
+		fmt.Fprintln(fs.Output(), "usage: gymserver image prune [--all] [--dry-run] [--max-images N] [--max-bytes SIZE] [--min-idle D] [--json] [--label KEY=VALUE]")
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
-		return 2
+	if code, ok := parseFlags(fs, args, stdout, stderr); !ok {
+		return code
 	}
 	if fs.NArg() != 0 {
 		fs.Usage()

@@ -26,11 +26,11 @@ func runReap(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	var labels labelsFlag
 	fs.Var(&labels, "label", "only reap containers and images with this KEY or KEY=VALUE label (repeatable)")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: gymserver reap [--all] [--dry-run] [--json] [--label KEY=VALUE]")
+		fmt.Fprintln(fs.Output(), "usage: gymserver reap [--all] [--dry-run] [--json] [--label KEY=VALUE]")
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
-		return 2
+	if code, ok := parseFlags(fs, args, stdout, stderr); !ok {
+		return code
 	}
 	if fs.NArg() != 0 {
 		fs.Usage()

@@ -20,11 +20,23 @@ import (
 	"github.com/gymserver/gymserver/gym"
 )
 
-// newLogger returns a text logger on w at the named level.
+// pythonLevels are the log level names of Python's logging module, which
+// the seed's --log-level takes, as slog levels.
+var pythonLevels = map[string]slog.Level{
+	"WARNING":  slog.LevelWarn,
+	"CRITICAL": slog.LevelError + 4,
+	"FATAL":    slog.LevelError + 4,
+}
+
+// newLogger returns a text logger on w at the named level: slog's names
+// (DEBUG, INFO, WARN, ERROR, also "WARN+2") or Python's (WARNING,
+// CRITICAL), in any case.
 func newLogger(w io.Writer, level string) (*slog.Logger, error) {
-	var l slog.Level
-	if err := l.UnmarshalText([]byte(strings.ToUpper(level))); err != nil {
-		return nil, fmt.Errorf("log level %q: want DEBUG, INFO, WARN or ERROR", level)
+	l, ok := pythonLevels[strings.ToUpper(level)]
+	if !ok {
+		if err := l.UnmarshalText([]byte(strings.ToUpper(level))); err != nil {
+			return nil, fmt.Errorf("log level %q: want DEBUG, INFO, WARN (or WARNING), ERROR or CRITICAL", level)
+		}
 	}
 	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: l})), nil
 }

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -49,8 +50,20 @@ type rolloutFlags struct {
 	caches                 cacheCapFlags
 	policy                 string
 	server, token          string
+	usage                  llmUsageFlags
+	resultsFormat          string
 	// set holds the names of the flags given on the command line.
 	set map[string]bool
+}
+
+// llmUsageFlags are the seed's response-cache and token-usage flags, and
+// the per-episode caps.
+type llmUsageFlags struct {
+	enableCaching, disableCaching         bool
+	cacheSize                             int
+	disableTokenTracking, disableWarnings bool
+	maxCost                               float64
+	maxEpisodeTokens                      int
 }
 
 // secondsFlag is a duration given as seconds ("60", "2.5") or as a Go
@@ -103,9 +116,17 @@ func rolloutWith(ctx context.Context, args []string, stdout, stderr io.Writer, l
 	fs.Var(&f.timeout, "llm-timeout", "timeout of one API call, in seconds (default: llm_config.timeout, else 60)")
 	fs.IntVar(&f.maxContext, "llm-max-context-messages", 0, "send at most this many messages, dropping the oldest turns (default: llm_config.max_context_messages; 0 sends all)")
 	fs.IntVar(&f.maxOutput, "llm-max-output-length", 0, "cut tool results sent to the model to this many bytes (default: llm_config.max_output_length; 0 sends them whole)")
+	fs.BoolVar(&f.usage.enableCaching, "llm-enable-caching", false, "answer a request identical to an earlier one from a cache, at temperature 0 only (default: llm_config.enable_caching, else off)")
+	fs.BoolVar(&f.usage.disableCaching, "llm-disable-caching", false, "no response cache (wins over --llm-enable-caching)")
+	fs.IntVar(&f.usage.cacheSize, "llm-cache-size", 0, fmt.Sprintf("answers the response cache keeps (default: llm_config.cache_size, else %d)", policy.DefaultCacheSize))
+	fs.BoolVar(&f.usage.disableTokenTracking, "llm-disable-token-tracking", false, "the seed's switch for counting tokens; here usage is always recorded, and this turns off the high-usage warnings")
+	fs.BoolVar(&f.usage.disableWarnings, "llm-disable-high-usage-warnings", false, fmt.Sprintf("no warning when the run's estimated cost passes $%g, then each doubling (default: llm_config.warn_high_usage)", policy.DefaultHighUsageCost))
+	fs.Float64Var(&f.usage.maxCost, "llm-max-cost-per-episode", 0, "end an episode as truncated (reason budget, tests still run) once its estimated cost reaches this many USD (default: llm_config.max_cost_per_episode; 0: no cap)")
+	fs.IntVar(&f.usage.maxEpisodeTokens, "llm-max-tokens-per-episode", 0, "end an episode as truncated (reason budget, tests still run) once it spent this many tokens (default: llm_config.max_tokens_per_episode; 0: no cap)")
 	fs.StringVar(&f.output, "output", "results.json", "results file; the stats go beside it as NAME.stats.json")
+	fs.StringVar(&f.resultsFormat, "results-format", rollout.ResultsSummary, "results file records: summary (one summary per episode, naming its trajectory file) or seed (each episode whole, with steps and test_results, as Real Work wrote it)")
 	fs.BoolVar(&f.dryRun, "dry-run", false, "check the config, plugins and flags and print the plan; starts nothing, needs no API key and no Docker")
-	fs.StringVar(&f.logLevel, "log-level", "WARN", "log level: DEBUG, INFO, WARN, ERROR")
+	fs.StringVar(&f.logLevel, "log-level", "WARN", "log level: DEBUG, INFO, WARN (or WARNING), ERROR, CRITICAL")
 	fs.BoolVar(&f.quiet, "quiet", false, "no progress bar and no summary table")
 	fs.IntVar(&f.parallel, "parallel", 0, "episodes run at once (default: rollout_config.max_parallel_rollouts)")
 	fs.IntVar(&f.episodes, "episodes", 0, "episodes per environment, spread over its tasks (default: episode_control_config.max_episodes)")
@@ -122,11 +143,11 @@ func rolloutWith(ctx context.Context, args []string, stdout, stderr io.Writer, l
 	fs.StringVar(&f.server, "server", "", "run against a remote gymserver at this ws:// URL instead of in process")
 	fs.StringVar(&f.token, "token", "", "bearer token for --server (default: $GYMSERVER_TOKEN)")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: gymserver rollout CONFIG.json [flags]")
+		fmt.Fprintln(fs.Output(), "usage: gymserver rollout CONFIG.json [flags]")
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(reorderArgs(fs, args)); err != nil {
-		return 2
+	if code, ok := parseFlags(fs, reorderArgs(fs, args), stdout, stderr); !ok {
+		return code
 	}
 	if fs.NArg() != 1 {
 		fs.Usage()
@@ -157,6 +178,18 @@ func rolloutWith(ctx context.Context, args []string, stdout, stderr io.Writer, l
 		if _, err := regexp.Compile(f.tasks); err != nil {
 			return fail(2, "--tasks: %v", err)
 		}
+	}
+	if f.resultsFormat != rollout.ResultsSummary && f.resultsFormat != rollout.ResultsSeed {
+		return fail(2, "--results-format %q: want %s or %s", f.resultsFormat, rollout.ResultsSummary, rollout.ResultsSeed)
+	}
+	if f.set["llm-cache-size"] && f.usage.cacheSize < 1 {
+		return fail(2, "--llm-cache-size must be at least 1")
+	}
+	if f.set["llm-max-cost-per-episode"] && f.usage.maxCost <= 0 {
+		return fail(2, "--llm-max-cost-per-episode must be positive (USD)")
+	}
+	if f.set["llm-max-tokens-per-episode"] && f.usage.maxEpisodeTokens < 1 {
+		return fail(2, "--llm-max-tokens-per-episode must be at least 1")
 	}
 	logger, err := newLogger(stderr, f.logLevel)
 	if err != nil {
@@ -213,6 +246,9 @@ func rolloutWith(ctx context.Context, args []string, stdout, stderr io.Writer, l
 	for _, w := range cfg.Warnings {
 		logger.Warn(w)
 	}
+	for _, w := range sel.warnings {
+		logger.Warn(w)
+	}
 	if sel.name == "llm" && sel.llm.APIKey == "" {
 		return fail(2, "no API key for --policy llm: pass --llm-api-key or set %s (or llm_config.api_key);\n"+
 			"--policy oracle runs each environment's reference solution without one", strings.Join(apiKeyVars, " or "))
@@ -258,14 +294,17 @@ func rolloutWith(ctx context.Context, args []string, stdout, stderr io.Writer, l
 	}
 
 	opts := rollout.Options{
-		Config:      cfg,
-		Envs:        list,
-		Policy:      sel.factory,
-		PolicyName:  sel.name,
-		Model:       sel.model(),
-		Plugins:     plugins,
-		ResultsPath: output,
-		Logger:      logger,
+		Config:        cfg,
+		Envs:          list,
+		Policy:        sel.factory,
+		PolicyName:    sel.name,
+		Model:         sel.model(),
+		Plugins:       plugins,
+		ResultsPath:   output,
+		ResultsFormat: f.resultsFormat,
+		Budget:        sel.budget,
+		Cost:          sel.cost(),
+		Logger:        logger,
 	}
 	if !f.quiet {
 		opts.Progress = stderr
@@ -300,6 +339,11 @@ type policySelection struct {
 	llm *policy.Config
 	// keySource names where the API key came from.
 	keySource string
+	// budget is the per-episode cap of --policy llm.
+	budget rollout.Budget
+	// warnings are the settings the run accepts but cannot honour as
+	// the seed did, one line each.
+	warnings []string
 }
 
 func (s policySelection) model() string {
@@ -307,6 +351,15 @@ func (s policySelection) model() string {
 		return s.llm.Model
 	}
 	return ""
+}
+
+// cost returns the cost estimate of the LLM policy; nil for other
+// policies, which spend nothing.
+func (s policySelection) cost() func(gym.Usage) float64 {
+	if s.llm != nil {
+		return s.llm.Cost
+	}
+	return nil
 }
 
 // selectPolicy builds the policy factory named by --policy. It contacts
@@ -320,6 +373,7 @@ func selectPolicy(cfg *config.Config, f *rolloutFlags, logger *slog.Logger) (pol
 			return policySelection{}, err
 		}
 		sel := policySelection{name: "llm", llm: &pc, keySource: source}
+		sel.budget, sel.warnings = llmBudget(cfg.LLM, f, pc)
 		var shared gym.Policy
 		sel.factory = func(gym.EnvSpec, gym.TaskSpec) (gym.Policy, error) {
 			if shared == nil {
@@ -423,6 +477,36 @@ func llmConfig(l config.LLM, f *rolloutFlags) (policy.Config, string) {
 	if f.set["llm-max-output-length"] {
 		pc.MaxOutputLength = f.maxOutput
 	}
+	// The cache is the seed's enable_caching, off unless asked (the seed
+	// had it on; here it is used only at temperature 0, see policy.Config).
+	caching := (l.EnableCaching != nil && *l.EnableCaching) || f.usage.enableCaching
+	if f.usage.disableCaching {
+		caching = false
+	}
+	size := policy.DefaultCacheSize
+	if l.CacheSize > 0 {
+		size = l.CacheSize
+	}
+	if f.set["llm-cache-size"] {
+		size = f.usage.cacheSize
+	}
+	if caching {
+		pc.CacheSize = size
+	}
+	if (l.WarnHighUsage != nil && !*l.WarnHighUsage) || (l.TrackTokenUsage != nil && !*l.TrackTokenUsage) ||
+		f.usage.disableWarnings || f.usage.disableTokenTracking {
+		pc.HighUsageCost = 0
+	}
+	if l.InputCostPer1K != nil || l.OutputCostPer1K != nil {
+		// A price given in part takes the rest from the seed's table.
+		pc.Price, _ = policy.PriceFor(pc.Model)
+		if l.InputCostPer1K != nil {
+			pc.Price.InputPer1K = *l.InputCostPer1K
+		}
+		if l.OutputCostPer1K != nil {
+			pc.Price.OutputPer1K = *l.OutputCostPer1K
+		}
+	}
 	switch {
 	case f.apiKey != "":
 		pc.APIKey = f.apiKey
@@ -440,6 +524,42 @@ func llmConfig(l config.LLM, f *rolloutFlags) (policy.Config, string) {
 		}
 	}
 	return pc, ""
+}
+
+// llmBudget returns the per-episode budget of an LLM policy (llm_config,
+// then the flags) and a warning for each setting the seed honoured in a way
+// that has no effect here.
+func llmBudget(l config.LLM, f *rolloutFlags, pc policy.Config) (rollout.Budget, []string) {
+	var b rollout.Budget
+	var warns []string
+	if l.MaxCostPerEpisode != nil {
+		b.MaxCost = *l.MaxCostPerEpisode
+	}
+	if f.set["llm-max-cost-per-episode"] {
+		b.MaxCost = f.usage.maxCost
+	}
+	b.MaxTokens = l.MaxTokensPerEpisode
+	if f.set["llm-max-tokens-per-episode"] {
+		b.MaxTokens = f.usage.maxEpisodeTokens
+	}
+	wantCache := (l.EnableCaching != nil && *l.EnableCaching) || f.usage.enableCaching
+	if wantCache && !f.usage.disableCaching && !pc.Caches() {
+		warns = append(warns, fmt.Sprintf("response caching is off at temperature %g: the seed replayed its answer to an identical conversation at any temperature, "+
+			"which would turn repeated episodes into copies; here the cache answers only at temperature 0 (--llm-temperature 0)", pc.Temperature))
+	}
+	if (l.CacheSize > 0 || f.set["llm-cache-size"]) && !wantCache && !f.usage.disableCaching {
+		warns = append(warns, "cache_size is set but there is no response cache: the seed cached by default; "+
+			"here caching is off unless llm_config.enable_caching or --llm-enable-caching asks for it (at temperature 0 only)")
+	}
+	if f.usage.disableTokenTracking {
+		warns = append(warns, "--llm-disable-token-tracking: the seed stopped counting tokens; token usage is still recorded here (the endpoint reports it at no cost), only the high-usage warnings are off")
+	}
+	if _, known := policy.PriceFor(pc.Model); b.MaxCost > 0 && !known && pc.Price == (policy.Price{}) {
+		p, _ := policy.PriceFor(pc.Model)
+		warns = append(warns, fmt.Sprintf("max_cost_per_episode: model %s is not in the seed's price table, so its cost is estimated at GPT-4's %s as in the seed; "+
+			"set llm_config.input_cost_per_1k_tokens and output_cost_per_1k_tokens", pc.Model, p))
+	}
+	return b, warns
 }
 
 // maxPolicyErrors bounds the tasks whose policy failed that the start-up
@@ -482,6 +602,7 @@ func printPlan(w io.Writer, cfg *config.Config, plans []rollout.EnvPlan, f *roll
 		}
 		fmt.Fprintf(w, "policy: llm, model %s at %s (%s mode, temperature %g, max tokens %d, timeout %s, %d retries); API key %s\n",
 			sel.llm.Model, sel.llm.BaseURL, sel.llm.Mode, sel.llm.Temperature, sel.llm.MaxTokens, sel.llm.Timeout, sel.llm.MaxRetries, key)
+		fmt.Fprintf(w, "llm usage: %s; %s; %s\n", describeCache(*sel.llm), describeWarnings(*sel.llm), describeBudget(sel.budget))
 	default:
 		fmt.Fprintf(w, "policy: %s\n", sel.name)
 	}
@@ -531,8 +652,8 @@ func printPlan(w io.Writer, cfg *config.Config, plans []rollout.EnvPlan, f *roll
 	}
 	fmt.Fprintf(w, "episodes: at most %d in total (safety_limit %d), %d at a time; stop_on_success %t, min_success_rate %s (per task)\n",
 		rollout.Total(plan), ctl.SafetyLimit, cfg.Rollout.MaxParallelRollouts, ctl.StopOnSuccess, minRate)
-	fmt.Fprintf(w, "outputs: results %s, stats %s, trajectories %s (results saved every %d episode(s); state persistence %t)\n",
-		output, rollout.StatsPath(output), rollout.TrajectoryDir(output, cfg.Rollout.TrajectoryOutputPath),
+	fmt.Fprintf(w, "outputs: results %s (%s format), stats %s, trajectories %s (results saved every %d episode(s); state persistence %t)\n",
+		output, f.resultsFormat, rollout.StatsPath(output), rollout.TrajectoryDir(output, cfg.Rollout.TrajectoryOutputPath),
 		cfg.Rollout.SaveTrajectoryInterval, cfg.Rollout.StatePersistenceEnabled)
 	state := "enabled"
 	if !cfg.Rollout.EnablePlugins {
@@ -555,8 +676,39 @@ func printPlan(w io.Writer, cfg *config.Config, plans []rollout.EnvPlan, f *roll
 			fmt.Fprintf(w, "  %s: disabled\n", n)
 		}
 	}
-	for _, warn := range cfg.Warnings {
+	for _, warn := range append(slices.Clone(cfg.Warnings), sel.warnings...) {
 		fmt.Fprintf(w, "warning: %s\n", warn)
 	}
 	fmt.Fprintln(w, "dry run: configuration valid; nothing was started")
+}
+
+func describeCache(c policy.Config) string {
+	switch {
+	case c.Caches():
+		return fmt.Sprintf("response cache of %d answers", c.CacheSize)
+	case c.CacheSize > 0:
+		return fmt.Sprintf("response cache off at temperature %g (used at 0 only)", c.Temperature)
+	}
+	return "no response cache"
+}
+
+func describeWarnings(c policy.Config) string {
+	if c.HighUsageCost <= 0 {
+		return "no high-usage warnings"
+	}
+	return fmt.Sprintf("high-usage warnings from an estimated $%g at %s", c.HighUsageCost, c.EffectivePrice())
+}
+
+func describeBudget(b rollout.Budget) string {
+	var caps []string
+	if b.MaxTokens > 0 {
+		caps = append(caps, fmt.Sprintf("%d tokens", b.MaxTokens))
+	}
+	if b.MaxCost > 0 {
+		caps = append(caps, fmt.Sprintf("$%g", b.MaxCost))
+	}
+	if len(caps) == 0 {
+		return "no per-episode budget"
+	}
+	return "per-episode budget " + strings.Join(caps, " or ")
 }

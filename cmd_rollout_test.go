@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -173,7 +174,8 @@ func TestRolloutOracleSolvesCalculator(t *testing.T) {
 	}
 	dir := t.TempDir()
 	out := filepath.Join(dir, "X.json")
-	code, stdout, stderr := runCmd(t, dockerLoader(t), calculatorConfig, "--policy", "oracle", "--output", out, "--episodes", "2")
+	code, stdout, stderr := runCmd(t, dockerLoader(t), calculatorConfig, "--policy", "oracle", "--output", out, "--episodes", "2",
+		"--results-format", "seed")
 	if code != 0 {
 		t.Fatalf("exit %d, stderr:\n%s", code, stderr)
 	}
@@ -186,6 +188,13 @@ func TestRolloutOracleSolvesCalculator(t *testing.T) {
 		}
 	}
 	checkOracleOutputs(t, out, 2)
+	// A seed user's script reads each episode's steps and its test
+	// commands' results from the results file.
+	report := seedUser(t, out)
+	tests := regexp.MustCompile(`success=True score=1 reason=completed actions=\d+ steps=[1-9]\d* tests=([1-9]\d*) tests_passed=([1-9]\d*)`).FindAllStringSubmatch(report, -1)
+	if len(tests) != 2 || tests[0][1] != tests[0][2] {
+		t.Errorf("the seed user's script printed:\n%s", report)
+	}
 }
 
 // checkOracleOutputs checks the outputs of an oracle run of calculator_api.

@@ -38,13 +38,13 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	noJanitor := fs.Bool("no-janitor", false, "start no janitor process; without it, snapshot images of a killed server stay until the next start or gymserver reap")
 	janitorLog := fs.String("janitor-log", "", "file the janitor appends what it removed to (default: none)")
 	drainTimeout := fs.Duration("drain-timeout", server.DefaultDrainTimeout, "on SIGTERM, how long in-flight requests may finish")
-	logLevel := fs.String("log-level", "INFO", "log level: DEBUG, INFO, WARN, ERROR")
+	logLevel := fs.String("log-level", "INFO", "log level: DEBUG, INFO, WARN (or WARNING), ERROR, CRITICAL")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: gymserver serve --config CONFIG.json [--addr 127.0.0.1:8080] [--token T] [flags]")
+		fmt.Fprintln(fs.Output(), "usage: gymserver serve --config CONFIG.json [--addr 127.0.0.1:8080] [--token T] [flags]")
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
-		return 2
+	if code, ok := parseFlags(fs, args, stdout, stderr); !ok {
+		return code
 	}
 	if *configPath == "" || fs.NArg() != 0 {
 		fs.Usage()

@@ -72,13 +72,13 @@ func runValidate(ctx context.Context, args []string, stdout, stderr io.Writer) i
 	parallel := fs.Int("parallel", runtime.NumCPU(), "tasks checked at once with --solve")
 	filter := fs.String("tasks", "", "with --solve, check only the tasks whose ENV/TASK id matches this regular expression")
 	quiet := fs.Bool("quiet", false, "no progress bar")
-	logLevel := fs.String("log-level", "WARN", "log level: DEBUG, INFO, WARN, ERROR")
+	logLevel := fs.String("log-level", "WARN", "log level: DEBUG, INFO, WARN (or WARNING), ERROR, CRITICAL")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: gymserver validate CONFIG.json [--solve [--parallel N] [--tasks REGEXP]] [--json]")
+		fmt.Fprintln(fs.Output(), "usage: gymserver validate CONFIG.json [--solve [--parallel N] [--tasks REGEXP]] [--json]")
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(reorderArgs(fs, args)); err != nil {
-		return 2
+	if code, ok := parseFlags(fs, reorderArgs(fs, args), stdout, stderr); !ok {
+		return code
 	}
 	if fs.NArg() != 1 {
 		fs.Usage()

@@ -16,6 +16,8 @@ package main
 
 import (
 	"context"
+	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -80,4 +82,27 @@ Commands:
 
 Run "gymserver COMMAND -h" for a command's flags.
 `)
+}
+
+// parseFlags parses a command's args into fs, whose Usage writes to
+// fs.Output(). Asked for help (-h, -help, --help), it prints the usage on
+// stdout, the requested output, and the command exits 0; a bad flag prints
+// the error and the usage on stderr and exits 2. ok is true when the
+// command goes on.
+func parseFlags(fs *flag.FlagSet, args []string, stdout, stderr io.Writer) (code int, ok bool) {
+	fs.SetOutput(io.Discard)
+	err := fs.Parse(args)
+	fs.SetOutput(stderr)
+	switch {
+	case err == nil:
+		return 0, true
+	case errors.Is(err, flag.ErrHelp):
+		fs.SetOutput(stdout)
+		fs.Usage()
+		fs.SetOutput(stderr)
+		return 0, false
+	}
+	fmt.Fprintf(stderr, "gymserver %s: %v\n", fs.Name(), err)
+	fs.Usage()
+	return 2, false
 }

@@ -245,6 +245,11 @@ const (
 	// ReasonNoAction: the policy answered without calling a tool and the
 	// driver ended the episode (set by policy drivers).
 	ReasonNoAction TerminationReason = "no_action"
+	// ReasonBudget: the episode spent its token or cost budget
+	// (llm_config.max_tokens_per_episode, max_cost_per_episode) and the
+	// driver evaluated it without asking the policy again (truncation;
+	// set by policy drivers).
+	ReasonBudget TerminationReason = "budget"
 )
 
 // Truncation reports whether r ends an episode by truncation (a limit or a

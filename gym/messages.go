@@ -96,6 +96,9 @@ type Usage struct {
 	TotalTokens      int `json:"total_tokens"`
 	// Calls is the number of API calls the counts cover.
 	Calls int `json:"calls"`
+	// CachedCalls counts the answers served from a response cache instead
+	// of an API call; they spent no tokens.
+	CachedCalls int `json:"cached_calls,omitempty"`
 }
 
 // Add adds o to u.
@@ -104,4 +107,14 @@ func (u *Usage) Add(o Usage) {
 	u.CompletionTokens += o.CompletionTokens
 	u.TotalTokens += o.TotalTokens
 	u.Calls += o.Calls
+	u.CachedCalls += o.CachedCalls
+}
+
+// Tokens returns the tokens u counts: TotalTokens, or the sum of prompt
+// and completion tokens when the endpoint did not report a total.
+func (u Usage) Tokens() int {
+	if u.TotalTokens > 0 {
+		return u.TotalTokens
+	}
+	return u.PromptTokens + u.CompletionTokens
 }

@@ -1,22 +1,20 @@
 package gym
 
-import "time"
-
 // Trajectory is the record of one episode, written as one JSON file. It is a
 // superset of the Real Work trajectory format (trajectory_id, environment_id,
 // start_time, end_time, steps, test_results, episode_result) and adds the
 // full chat transcript, token usage and classified errors, so it can be used
 // for SFT or RL directly.
 type Trajectory struct {
-	TrajectoryID  string    `json:"trajectory_id"`
-	EnvironmentID string    `json:"environment_id"`
-	TaskID        string    `json:"task_id"`
-	SessionID     string    `json:"session_id,omitempty"`
-	Episode       int       `json:"episode"`
-	StartTime     time.Time `json:"start_time"`
-	EndTime       time.Time `json:"end_time"`
-	Policy        string    `json:"policy,omitempty"`
-	Model         string    `json:"model,omitempty"`
+	TrajectoryID  string `json:"trajectory_id"`
+	EnvironmentID string `json:"environment_id"`
+	TaskID        string `json:"task_id"`
+	SessionID     string `json:"session_id,omitempty"`
+	Episode       int    `json:"episode"`
+	StartTime     Time   `json:"start_time"`
+	EndTime       Time   `json:"end_time"`
+	Policy        string `json:"policy,omitempty"`
+	Model         string `json:"model,omitempty"`
 	// Steps holds one entry per tool call, in the seed's shape.
 	Steps []TrajectoryStep `json:"steps"`
 	// TestResults holds one entry per unit_tests command, in the seed's shape.
@@ -39,7 +37,7 @@ type Trajectory struct {
 // TrajectoryStep is one tool call and its result.
 type TrajectoryStep struct {
 	StepID    string           `json:"step_id"`
-	Timestamp time.Time        `json:"timestamp"`
+	Timestamp Time             `json:"timestamp"`
 	Action    TrajectoryAction `json:"action"`
 	Result    TrajectoryResult `json:"result"`
 }

@@ -59,6 +59,20 @@ type Config struct {
 	RetryMaxDelay time.Duration
 	// Mode is ModeNative or ModeReAct; empty means ModeNative.
 	Mode Mode
+	// CacheSize is the number of answers kept for requests identical to an
+	// earlier one (same model, transcript, tools and settings): such a
+	// request is answered from the cache, and identical requests in flight
+	// at once make one API call. The cache is used only at Temperature 0,
+	// where sampling is greedy, so it cannot change what a run samples;
+	// 0 disables it.
+	CacheSize int
+	// Price is the model's price for cost estimates; zero means the seed's
+	// price table (PriceFor).
+	Price Price
+	// HighUsageCost, in USD, logs a warning when the estimated cost of
+	// all calls of the policy passes it, and again at each doubling; 0
+	// disables the warnings.
+	HighUsageCost float64
 	// Logger receives retry warnings and per-call debug records; nil
 	// discards them.
 	Logger *slog.Logger
@@ -72,7 +86,15 @@ const (
 	DefaultMaxTokens   = 4096
 	DefaultTimeout     = 60 * time.Second
 	DefaultMaxRetries  = 3
+	// DefaultCacheSize is the seed's cache_size.
+	DefaultCacheSize = 100
+	// DefaultHighUsageCost is the seed's high-usage warning threshold.
+	DefaultHighUsageCost = 10.0
 )
+
+// Caches reports whether c answers identical requests from a cache:
+// CacheSize is set and the temperature is 0.
+func (c Config) Caches() bool { return c.CacheSize > 0 && c.Temperature == 0 }
 
 // DefaultConfig returns the default configuration. It is the one place that
 // holds the defaults; callers set APIKey and override what they need.
@@ -87,6 +109,7 @@ func DefaultConfig() Config {
 		RetryBaseDelay: time.Second,
 		RetryMaxDelay:  time.Minute,
 		Mode:           ModeNative,
+		HighUsageCost:  DefaultHighUsageCost,
 	}
 }
 
@@ -115,10 +138,17 @@ func (c Config) Validate() error {
 		{"max retries", int64(c.MaxRetries)},
 		{"retry base delay", int64(c.RetryBaseDelay)},
 		{"retry max delay", int64(c.RetryMaxDelay)},
+		{"cache size", int64(c.CacheSize)},
 	} {
 		if f.v < 0 {
 			errs = append(errs, fmt.Errorf("%s is negative", f.name))
 		}
+	}
+	if c.Price.InputPer1K < 0 || c.Price.OutputPer1K < 0 {
+		errs = append(errs, fmt.Errorf("price %s is negative", c.Price))
+	}
+	if c.HighUsageCost < 0 {
+		errs = append(errs, fmt.Errorf("high usage cost %v is negative", c.HighUsageCost))
 	}
 	if c.MaxRetries > 0 && c.RetryMaxDelay < c.RetryBaseDelay {
 		errs = append(errs, fmt.Errorf("retry max delay %s is below the base delay %s", c.RetryMaxDelay, c.RetryBaseDelay))

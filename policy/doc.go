@@ -19,8 +19,20 @@
 // Before each call the transcript may be trimmed to a number of messages
 // (on turn boundaries, keeping the system prompt and the task) and long tool
 // outputs may be cut in the middle; both only change what the model is sent,
-// never the caller's transcript. No responses are cached: sampling the same
-// prompt twice is what a trainer asks for.
+// never the caller's transcript.
+//
+// Responses are cached only when asked (Config.CacheSize, the seed's
+// enable_caching) and only at temperature 0: a request identical to an
+// earlier one (the whole request: model, transcript, tools, settings, and
+// the endpoint) gets the earlier answer, and identical requests in flight
+// at once share one API call. At any other temperature sampling the same
+// prompt twice is what a trainer asks for, so nothing is cached.
+//
+// Usage: every turn reports the tokens of its call (a cached answer counts
+// as a cached call of no tokens). Costs are estimates from a Price, by
+// default the seed's price table (PriceFor); past Config.HighUsageCost the
+// policy logs a warning, and again at each doubling, as the seed's
+// warn_high_usage did.
 //
 // All policies are safe for concurrent use by many episodes.
 package policy

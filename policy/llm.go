@@ -24,9 +24,15 @@ type LLM struct {
 	client *openai.Client
 	log    *slog.Logger
 
-	// mu guards the field below.
+	// cache is nil unless cfg.Caches().
+	cache *answerCache
+
+	// mu guards the fields below.
 	mu    sync.Mutex
 	usage gym.Usage
+	// warnAt is the estimated cost at which the next high-usage warning
+	// is logged.
+	warnAt float64
 }
 
 var _ gym.Policy = (*LLM)(nil)
@@ -50,14 +56,19 @@ func NewLLM(cfg Config) (*LLM, error) {
 	oc := openai.DefaultConfig(cfg.APIKey)
 	oc.BaseURL = cfg.BaseURL
 	oc.HTTPClient = recordingClient{c: &http.Client{Transport: transport}}
-	return &LLM{cfg: cfg, client: openai.NewClientWithConfig(oc), log: log}, nil
+	l := &LLM{cfg: cfg, client: openai.NewClientWithConfig(oc), log: log, warnAt: cfg.HighUsageCost}
+	if cfg.Caches() {
+		l.cache = newAnswerCache(cfg.CacheSize)
+	}
+	return l, nil
 }
 
 // Model returns the model id the policy asks for.
 func (l *LLM) Model() string { return l.cfg.Model }
 
 // Usage returns the tokens spent by all successful calls of l so far, over
-// every episode. Per-episode totals are the sum of the Turns' Usage.
+// every episode, with the answers served from the cache. Per-episode totals
+// are the sum of the Turns' Usage.
 func (l *LLM) Usage() gym.Usage {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -65,23 +76,62 @@ func (l *LLM) Usage() gym.Usage {
 }
 
 // Act sends the transcript and tools to the model and returns its answer.
-// Turn.Usage counts the one successful API call. Errors wrap
-// gym.ErrPolicy, except a done ctx, whose error is returned wrapped.
+// Turn.Usage counts the one successful API call, or one cached call and no
+// tokens when the answer came from the cache (Config.CacheSize). Errors
+// wrap gym.ErrPolicy, except a done ctx, whose error is returned wrapped.
 func (l *LLM) Act(ctx context.Context, messages []gym.Message, tools []gym.Tool) (gym.Turn, error) {
 	req := l.request(messages, tools)
 	start := time.Now()
+	var turn gym.Turn
+	var err error
+	if l.cache != nil {
+		turn, err = l.cached(ctx, req)
+	} else {
+		turn, err = l.call(ctx, req)
+	}
+	if err != nil {
+		return gym.Turn{}, err
+	}
+	l.account(turn.Usage)
+	l.log.Debug("llm call", "model", l.cfg.Model, "duration", time.Since(start), "cached", turn.Usage.CachedCalls > 0,
+		"finish_reason", turn.FinishReason, "tool_calls", len(turn.Message.ToolCalls),
+		"prompt_tokens", turn.Usage.PromptTokens, "completion_tokens", turn.Usage.CompletionTokens)
+	return turn, nil
+}
+
+// call makes the API call for req, with retries.
+func (l *LLM) call(ctx context.Context, req openai.ChatCompletionRequest) (gym.Turn, error) {
 	resp, err := l.complete(ctx, req)
 	if err != nil {
 		return gym.Turn{}, err
 	}
-	turn := l.turn(resp)
+	return l.turn(resp), nil
+}
+
+// account adds a turn's usage to the policy's and logs a warning when the
+// estimated cost of all calls passed the next threshold (HighUsageCost,
+// then each doubling), as the seed's warn_high_usage did.
+func (l *LLM) account(u gym.Usage) {
 	l.mu.Lock()
-	l.usage.Add(turn.Usage)
+	l.usage.Add(u)
+	total := l.usage
+	cost, warn := 0.0, false
+	if l.cfg.HighUsageCost > 0 && u.Calls > 0 {
+		cost = l.cfg.Cost(total)
+		for cost >= l.warnAt {
+			warn = true
+			l.warnAt *= 2
+		}
+	}
 	l.mu.Unlock()
-	l.log.Debug("llm call", "model", l.cfg.Model, "duration", time.Since(start),
-		"finish_reason", turn.FinishReason, "tool_calls", len(turn.Message.ToolCalls),
-		"prompt_tokens", turn.Usage.PromptTokens, "completion_tokens", turn.Usage.CompletionTokens)
-	return turn, nil
+	if warn {
+		price := "price " + l.cfg.EffectivePrice().String()
+		if _, known := PriceFor(l.cfg.Model); !known && l.cfg.Price == (Price{}) {
+			price += " (GPT-4's, the seed's price for models it does not know; set llm_config.input_cost_per_1k_tokens and output_cost_per_1k_tokens)"
+		}
+		l.log.Warn(fmt.Sprintf("high token usage: estimated $%.2f so far", cost), "model", l.cfg.Model,
+			"tokens", total.Tokens(), "calls", total.Calls, "cached_calls", total.CachedCalls, "price", price)
+	}
 }
 
 // request builds the API request for a transcript.

@@ -536,6 +536,7 @@ func TestDefaultConfig(t *testing.T) {
 		RetryBaseDelay: time.Second,
 		RetryMaxDelay:  time.Minute,
 		Mode:           policy.ModeNative,
+		HighUsageCost:  10,
 	}
 	if diff := cmp.Diff(want, c); diff != "" {
 		t.Errorf("DefaultConfig (-want +got):\n%s", diff)
@@ -556,6 +557,9 @@ func TestNewLLMRejectsBadConfig(t *testing.T) {
 		{"temperature", func(c *policy.Config) { c.Temperature = 3 }, []string{"temperature 3"}},
 		{"negatives", func(c *policy.Config) { c.MaxTokens = -1; c.Timeout = -1 }, []string{"max tokens is negative", "timeout is negative"}},
 		{"mode", func(c *policy.Config) { c.Mode = "xml" }, []string{`mode "xml" is unknown`}},
+		{"usage settings", func(c *policy.Config) {
+			c.CacheSize, c.HighUsageCost, c.Price = -1, -1, policy.Price{InputPer1K: -1}
+		}, []string{"cache size is negative", "high usage cost -1 is negative", "price $-1/$0 per 1k"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -215,6 +215,29 @@ type LLM struct {
 	// Mode is "tools" (native tool calling, the default) or "react" (tool
 	// calls parsed from text, for endpoints without tool calling).
 	Mode string `json:"mode,omitempty"`
+
+	// EnableCaching answers a request identical to an earlier one (the
+	// whole request: model, transcript, tools, sampling settings) from a
+	// cache of CacheSize answers. It is used only at temperature 0, where
+	// it cannot change what is sampled; nil leaves it off.
+	EnableCaching *bool `json:"enable_caching,omitempty"`
+	CacheSize     int   `json:"cache_size,omitempty"`
+	// TrackTokenUsage false turns off the high-usage warnings, as in the
+	// seed; token usage is recorded in trajectories and stats regardless.
+	TrackTokenUsage *bool `json:"track_token_usage,omitempty"`
+	// WarnHighUsage false turns off the warnings logged when the run's
+	// estimated cost passes $10, then $20, $40, ...
+	WarnHighUsage *bool `json:"warn_high_usage,omitempty"`
+	// MaxCostPerEpisode, in USD, ends an episode as truncated (termination
+	// reason "budget") once its estimated cost reached it; the tests
+	// still run. MaxTokensPerEpisode does the same by tokens.
+	MaxCostPerEpisode   *float64 `json:"max_cost_per_episode,omitempty"`
+	MaxTokensPerEpisode int      `json:"max_tokens_per_episode,omitempty"`
+	// InputCostPer1K and OutputCostPer1K are the model's prices in USD per
+	// 1000 prompt and completion tokens, for the cost estimates; unset,
+	// the seed's price table is used.
+	InputCostPer1K  *float64 `json:"input_cost_per_1k_tokens,omitempty"`
+	OutputCostPer1K *float64 `json:"output_cost_per_1k_tokens,omitempty"`
 }
 
 // Rollout is `rollout_config`.

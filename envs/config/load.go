@@ -539,6 +539,23 @@ func (d *decoder) checkGlobal(cfg *Config) {
 	if l.MaxContextMessages < 0 || l.MaxOutputLength < 0 {
 		d.fail("llm_config", "max_context_messages and max_output_length must not be negative")
 	}
+	if l.CacheSize < 0 {
+		d.fail("llm_config.cache_size", "must not be negative, got %d", l.CacheSize)
+	}
+	if l.MaxCostPerEpisode != nil && *l.MaxCostPerEpisode <= 0 {
+		d.fail("llm_config.max_cost_per_episode", "must be positive (USD) or null, got %v", *l.MaxCostPerEpisode)
+	}
+	if l.MaxTokensPerEpisode < 0 {
+		d.fail("llm_config.max_tokens_per_episode", "must be positive, or 0 for no cap, got %d", l.MaxTokensPerEpisode)
+	}
+	for _, p := range []struct {
+		key string
+		v   *float64
+	}{{"input_cost_per_1k_tokens", l.InputCostPer1K}, {"output_cost_per_1k_tokens", l.OutputCostPer1K}} {
+		if p.v != nil && *p.v < 0 {
+			d.fail("llm_config."+p.key, "must not be negative, got %v", *p.v)
+		}
+	}
 	d.checkTimeouts("timeout_config", cfg.Timeouts)
 }
 
@@ -570,7 +587,34 @@ func (d *decoder) llm(path string, raw json.RawMessage, l *LLM) {
 		"max_output_length":    d.integer(&l.MaxOutputLength),
 		"max_retries":          d.optInt(&l.MaxRetries),
 		"mode":                 d.str(&l.Mode),
+		// The seed's caching and usage keys, and upstream's cost cap.
+		"enable_caching":            d.optBool(&l.EnableCaching),
+		"cache_size":                d.integer(&l.CacheSize),
+		"track_token_usage":         d.optBool(&l.TrackTokenUsage),
+		"warn_high_usage":           d.optBool(&l.WarnHighUsage),
+		"max_cost_per_episode":      d.optFloat(&l.MaxCostPerEpisode),
+		"max_tokens_per_episode":    d.integer(&l.MaxTokensPerEpisode),
+		"input_cost_per_1k_tokens":  d.optFloat(&l.InputCostPer1K),
+		"output_cost_per_1k_tokens": d.optFloat(&l.OutputCostPer1K),
 	})
+	if l.TrackTokenUsage != nil && !*l.TrackTokenUsage {
+		d.warn("llm_config.track_token_usage false: the seed stopped counting tokens; token usage is still recorded here (the endpoint reports it at no cost), only the high-usage warnings are off")
+	}
+}
+
+func (d *decoder) optBool(dst **bool) func(string, json.RawMessage) {
+	return func(path string, raw json.RawMessage) {
+		if isNull(raw) {
+			*dst = nil
+			return
+		}
+		var v bool
+		before := len(d.errs)
+		d.boolean(&v)(path, raw)
+		if len(d.errs) == before {
+			*dst = &v
+		}
+	}
 }
 
 func (d *decoder) rollout(path string, raw json.RawMessage, r *Rollout) {

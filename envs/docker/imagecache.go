@@ -20,6 +20,7 @@ import (
 	"github.com/docker/docker/errdefs"
 
 	"github.com/gymserver/gymserver/envs/sandbox"
+	"github.com/gymserver/gymserver/gym"
 )
 
 // Labels of the images gymserver makes. Every one carries labelKind; a
@@ -78,11 +79,11 @@ type CachedImage struct {
 	// VirtualSize counts the parent's layers too, as `docker images` does.
 	VirtualSize int64 `json:"virtual_size"`
 	// Created is when the image was made.
-	Created time.Time `json:"created"`
+	Created gym.Time `json:"created"`
 	// LastUsed is the later of when the image was last tagged (made, or
 	// found in the cache by Prepare, which re-tags it) and when the newest
 	// container still using it was created.
-	LastUsed time.Time `json:"last_used"`
+	LastUsed gym.Time `json:"last_used"`
 	// Executor is the hash of the executor binary in a prepared image.
 	Executor string `json:"executor,omitempty"`
 	// Owner is the provider that made a snapshot.
@@ -157,7 +158,7 @@ func ListCache(ctx context.Context, cli *client.Client, labels ...string) ([]Cac
 			Kind:        kind,
 			Size:        img.Size,
 			VirtualSize: img.Size,
-			Created:     time.Unix(img.Created, 0),
+			Created:     gym.TimeOf(time.Unix(img.Created, 0)),
 			UsedBy:      users[img.ID],
 			Children:    children[img.ID],
 		}
@@ -191,16 +192,16 @@ func ListCache(ctx context.Context, cli *client.Client, labels ...string) ([]Cac
 		case err != nil:
 			return nil, fmt.Errorf("docker: inspect image %s: %w", shortID(img.ID), err)
 		}
-		c.LastUsed = info.Metadata.LastTagTime
+		c.LastUsed = gym.TimeOf(info.Metadata.LastTagTime)
 		if c.LastUsed.IsZero() {
 			c.LastUsed = c.Created
 		}
-		if t := newest[img.ID]; t.After(c.LastUsed) {
-			c.LastUsed = t
+		if t := newest[img.ID]; t.After(c.LastUsed.Time) {
+			c.LastUsed = gym.TimeOf(t)
 		}
 		out = append(out, c)
 	}
-	sort.SliceStable(out, func(i, j int) bool { return out[i].LastUsed.After(out[j].LastUsed) })
+	sort.SliceStable(out, func(i, j int) bool { return out[i].LastUsed.After(out[j].LastUsed.Time) })
 	return out, nil
 }
 
@@ -305,7 +306,7 @@ func PruneCache(ctx context.Context, cli *client.Client, opts PruneOptions) ([]R
 				return "parent of image " + shortID(trimDigest(c))
 			}
 		}
-		if idle := now.Sub(img.LastUsed); opts.MinIdle > 0 && idle < opts.MinIdle {
+		if idle := now.Sub(img.LastUsed.Time); opts.MinIdle > 0 && idle < opts.MinIdle {
 			return fmt.Sprintf("used %s ago", idle.Round(time.Second))
 		}
 		return ""
@@ -352,7 +353,7 @@ func PruneCache(ctx context.Context, cli *client.Client, opts PruneOptions) ([]R
 	// Children before parents (a child is always newer), so that a parent
 	// whose children all go can go too.
 	byCreated := append([]CachedImage(nil), list...)
-	sort.SliceStable(byCreated, func(i, j int) bool { return byCreated[i].Created.After(byCreated[j].Created) })
+	sort.SliceStable(byCreated, func(i, j int) bool { return byCreated[i].Created.After(byCreated[j].Created.Time) })
 	for _, img := range byCreated {
 		switch {
 		case opts.All:

@@ -213,7 +213,7 @@ func TestImageCacheClock(t *testing.T) {
 	if after.ID != before.ID {
 		t.Fatalf("image rebuilt: id %s, was %s", after.ID, before.ID)
 	}
-	if !after.LastUsed.After(before.LastUsed) {
+	if !after.LastUsed.After(before.LastUsed.Time) {
 		t.Errorf("last use %s after a cache hit, was %s: the clock did not move", after.LastUsed, before.LastUsed)
 	}
 	info2, err := c.cli.ImageInspect(ctx, ref)
@@ -345,7 +345,7 @@ func TestPruneCacheCap(t *testing.T) {
 		t.Fatal(err)
 	}
 	list := c.list()
-	if !(list[i2].LastUsed.Before(list[i3].LastUsed) && list[i3].LastUsed.Before(list[i1].LastUsed)) {
+	if !(list[i2].LastUsed.Before(list[i3].LastUsed.Time) && list[i3].LastUsed.Before(list[i1].LastUsed.Time)) {
 		t.Fatalf("last uses %s %s %s, want i2 < i3 < i1", list[i2].LastUsed, list[i3].LastUsed, list[i1].LastUsed)
 	}
 	if !list[i2].InUse || list[i1].InUse || list[i3].InUse {

@@ -57,6 +57,11 @@
 // still cannot hold the run: at the hard deadline the episode ends as a
 // masked sandbox_error.
 //
+// Budget: with Options.Budget set (llm_config.max_tokens_per_episode,
+// max_cost_per_episode), the runner checks the episode's usage before each
+// policy call; once a cap is reached it evaluates the episode as it stands,
+// which ends as truncated with termination reason budget.
+//
 // A policy error (the API failed after its retries) ends the episode
 // without evaluation: termination reason policy_error, error class
 // policy_error, masked. Cancelling the context stops the run: no new
@@ -65,9 +70,12 @@
 //
 // Outputs: one trajectory (gym.Trajectory) per episode, named
 // <env>-<episode>.json in the trajectory directory, written atomically as
-// the episode finishes; the results file (a JSON array of Record, rewritten
-// every save_trajectory_interval episodes and at the end) and the stats file
-// beside it (Stats). With state_persistence_enabled an episode whose
+// the episode finishes; the results file (a JSON array of Record, or of
+// SeedRecord, the whole episode in the seed's shape, with ResultsSeed;
+// rewritten every save_trajectory_interval episodes and at the end) and the
+// stats file beside it (Stats, which also carries the seed's aggregate
+// names). Timestamps are written as gym.Time: microseconds and a numeric
+// offset, which Python's datetime.fromisoformat reads on every version. With state_persistence_enabled an episode whose
 // trajectory file exists is not run again: its trajectory is read back and
 // counted, so an interrupted run resumes where it stopped.
 package rollout

@@ -82,7 +82,7 @@ func (r *Runner) runEpisode(ctx context.Context, j job, preData map[string]map[s
 		},
 		pluginData: preData,
 	}
-	ep.traj.StartTime = ep.start
+	ep.traj.StartTime = gym.TimeOf(ep.start)
 	if err := ep.run(ctx); err != nil {
 		return nil, err
 	}
@@ -139,6 +139,10 @@ func (ep *episode) run(ctx context.Context) error {
 			// Blocked calls count towards the limit but never reach the
 			// environment, which therefore cannot end the episode itself.
 			return ep.evaluate(ctx, gym.ReasonMaxActions)
+		}
+		if why := ep.r.opts.Budget.spent(ep.traj.Usage, ep.r.opts.Cost); why != "" {
+			ep.log.Info("episode budget spent; evaluating", "reason", why)
+			return ep.evaluate(ctx, gym.ReasonBudget)
 		}
 		turn, parseErr, err := ep.act(ctx)
 		if err != nil {
@@ -407,7 +411,7 @@ func (ep *episode) record(p pending, msg gym.Message, info gym.CallInfo) {
 	success := info.ErrorClass == "" && (info.ExitCode == 0 || !runsCommand)
 	ep.traj.Steps = append(ep.traj.Steps, gym.TrajectoryStep{
 		StepID:    newID(),
-		Timestamp: time.Now(),
+		Timestamp: gym.TimeOf(time.Now()),
 		Action:    a,
 		Result: gym.TrajectoryResult{
 			Success:    success,
@@ -460,7 +464,7 @@ func actionOf(c gym.ToolCall) gym.TrajectoryAction {
 }
 
 // evaluate ends a running episode from the runner's side (reason is the
-// runner's: timeout, max_actions, no_action) and runs the tests. It returns
+// runner's: timeout, max_actions, no_action, budget) and runs the tests. It returns
 // errStopped when ctx was cancelled.
 func (ep *episode) evaluate(ctx context.Context, reason gym.TerminationReason) error {
 	ep.firePreTest(ctx, false)
@@ -565,7 +569,7 @@ func mergeOutcome(m map[string]map[string]any, out plugin.Outcome) map[string]ma
 // finish completes the trajectory and fires post_episode.
 func (ep *episode) finish(ctx context.Context) *gym.Trajectory {
 	t := &ep.traj
-	t.EndTime = time.Now()
+	t.EndTime = gym.TimeOf(time.Now())
 	er := gym.EpisodeResult{
 		TerminatedReason: ep.reason,
 		AgentDone:        ep.agentDone,
@@ -574,7 +578,7 @@ func (ep *episode) finish(ctx context.Context) *gym.Trajectory {
 		ErrorClass:       ep.errClass,
 		Error:            ep.errText,
 		Mask:             ep.mask,
-		DurationSeconds:  t.EndTime.Sub(t.StartTime).Seconds(),
+		DurationSeconds:  t.EndTime.Sub(t.StartTime.Time).Seconds(),
 	}
 	for _, s := range t.Steps {
 		if s.Result.ErrorClass != "" {

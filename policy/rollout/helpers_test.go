@@ -87,8 +87,12 @@ type runSpec struct {
 	factory rollout.PolicyFactory
 	plugins []config.Plugin
 	// dir is the output directory; empty makes a new one.
-	dir   string
-	grace time.Duration
+	dir    string
+	grace  time.Duration
+	budget rollout.Budget
+	cost   func(gym.Usage) float64
+	// format is the results format.
+	format string
 }
 
 // run runs a rollout and returns its summary and error.
@@ -109,13 +113,16 @@ func run(t *testing.T, ctx context.Context, s runSpec) (*rollout.Summary, error)
 		t.Fatalf("load plugins: %v", err)
 	}
 	r, err := rollout.New(rollout.Options{
-		Config:      s.cfg,
-		Envs:        s.envs,
-		Policy:      factory,
-		PolicyName:  "test",
-		Plugins:     set,
-		ResultsPath: filepath.Join(s.dir, "results.json"),
-		Grace:       s.grace,
+		Config:        s.cfg,
+		Envs:          s.envs,
+		Policy:        factory,
+		PolicyName:    "test",
+		Plugins:       set,
+		ResultsPath:   filepath.Join(s.dir, "results.json"),
+		Grace:         s.grace,
+		Budget:        s.budget,
+		Cost:          s.cost,
+		ResultsFormat: s.format,
 	})
 	if err != nil {
 		t.Fatalf("new runner: %v", err)

@@ -66,10 +66,46 @@ type Options struct {
 	Logger *slog.Logger
 	// Progress, when set, shows a progress bar there.
 	Progress io.Writer
+	// Budget caps what the policy may spend on one episode; zero means no
+	// cap.
+	Budget Budget
+	// Cost estimates what usage cost, in USD, for the budget and the
+	// seed-format results; nil means no estimate.
+	Cost func(gym.Usage) float64
+	// ResultsFormat is ResultsSummary (the default when empty) or
+	// ResultsSeed.
+	ResultsFormat string
 	// MaxNoActionTurns defaults to DefaultMaxNoActionTurns.
 	MaxNoActionTurns int
 	// Grace defaults to DefaultGrace.
 	Grace time.Duration
+}
+
+// Budget is a per-episode cap on the policy's spending. Before each policy
+// call the runner checks the episode's usage so far; once it reached a cap,
+// the episode is evaluated as it stands and ends as truncated with
+// termination reason gym.ReasonBudget. The turn that crossed the cap has
+// already been paid for, so its tool calls still run.
+type Budget struct {
+	// MaxTokens caps the tokens of an episode (gym.Usage.Tokens); 0 means
+	// no cap.
+	MaxTokens int
+	// MaxCost caps the estimated cost of an episode, in USD, as
+	// Options.Cost computes it; 0 means no cap.
+	MaxCost float64
+}
+
+// spent returns why u exhausts b, or "" when it does not.
+func (b Budget) spent(u gym.Usage, cost func(gym.Usage) float64) string {
+	if b.MaxTokens > 0 && u.Tokens() >= b.MaxTokens {
+		return fmt.Sprintf("token budget spent: %d of %d tokens", u.Tokens(), b.MaxTokens)
+	}
+	if b.MaxCost > 0 && cost != nil {
+		if c := cost(u); c >= b.MaxCost {
+			return fmt.Sprintf("cost budget spent: estimated $%.4f of $%g", c, b.MaxCost)
+		}
+	}
+	return ""
 }
 
 // Runner runs the episodes of a rollout. Make one with New and call Run
@@ -137,7 +173,9 @@ type taskEntry struct {
 // finishedRecord is a finished episode with its place in the schedule.
 type finishedRecord struct {
 	rec Record
-	env int
+	// seed is the record in the ResultsSeed format, when that is asked.
+	seed *SeedRecord
+	env  int
 	// seq is the episode's position in its environment's schedule.
 	seq int
 }
@@ -171,6 +209,15 @@ func New(opts Options) (*Runner, error) {
 	}
 	if opts.ResultsPath == "" {
 		errs = append(errs, errors.New("no results path"))
+	}
+	if opts.Budget.MaxTokens < 0 || opts.Budget.MaxCost < 0 {
+		errs = append(errs, errors.New("negative budget"))
+	}
+	if opts.Budget.MaxCost > 0 && opts.Cost == nil {
+		errs = append(errs, errors.New("a cost budget needs a cost function"))
+	}
+	if err := checkResultsFormat(opts.ResultsFormat); err != nil {
+		errs = append(errs, err)
 	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("rollout: %w", err)
@@ -427,7 +474,7 @@ func (r *Runner) runJob(ctx context.Context, j job) {
 			j.task.started++
 			r.resumed++
 			r.mu.Unlock()
-			r.finished(j, rec)
+			r.finished(j, rec, t)
 			return
 		}
 	}
@@ -461,7 +508,7 @@ func (r *Runner) runJob(ctx context.Context, j job) {
 	er := t.EpisodeResult
 	log.Info("episode finished", "reward", er.FinalScore, "success", er.Success,
 		"reason", er.TerminatedReason, "error_class", er.ErrorClass, "actions", er.Actions, "duration", time.Duration(er.DurationSeconds*float64(time.Second)).Round(time.Millisecond))
-	r.finished(j, recordOf(t, r.relative(path)))
+	r.finished(j, recordOf(t, r.relative(path)), t)
 }
 
 // relative returns path relative to the results file's directory when it
@@ -505,9 +552,13 @@ func (r *Runner) unbegin(j job) {
 // finished records a finished episode, applies episode control to its
 // task, and rewrites the results file every save_trajectory_interval
 // episodes.
-func (r *Runner) finished(j job, rec Record) {
+func (r *Runner) finished(j job, rec Record, traj *gym.Trajectory) {
+	fr := finishedRecord{rec: rec, env: j.env.order, seq: j.seq}
+	if r.opts.ResultsFormat == ResultsSeed {
+		fr.seed = seedRecordOf(rec, traj, r.opts.Cost)
+	}
 	r.mu.Lock()
-	r.records = append(r.records, finishedRecord{rec: rec, env: j.env.order, seq: j.seq})
+	r.records = append(r.records, fr)
 	t := j.task
 	t.finished++
 	er := rec.EpisodeResult
@@ -608,9 +659,9 @@ func (r *Runner) jobStopped(j job) bool {
 	return j.env.stopped || j.task.stopReason != ""
 }
 
-// sortedRecords returns the records by environment order, then by their
-// place in the environment's schedule.
-func (r *Runner) sortedRecords() []Record {
+// sortedFinished returns the finished episodes by environment order, then
+// by their place in the environment's schedule.
+func (r *Runner) sortedFinished() []finishedRecord {
 	r.mu.Lock()
 	fs := slices.Clone(r.records)
 	r.mu.Unlock()
@@ -620,6 +671,12 @@ func (r *Runner) sortedRecords() []Record {
 		}
 		return a.seq - b.seq
 	})
+	return fs
+}
+
+// sortedRecords returns the records in the order of sortedFinished.
+func (r *Runner) sortedRecords() []Record {
+	fs := r.sortedFinished()
 	recs := make([]Record, len(fs))
 	for i, f := range fs {
 		recs[i] = f.rec
@@ -627,17 +684,27 @@ func (r *Runner) sortedRecords() []Record {
 	return recs
 }
 
-// save rewrites the results file.
+// save rewrites the results file in the asked format.
 func (r *Runner) save() error {
 	r.saveMu.Lock()
 	defer r.saveMu.Unlock()
-	return WriteJSON(r.results, r.sortedRecords())
+	if r.opts.ResultsFormat != ResultsSeed {
+		return WriteJSON(r.results, r.sortedRecords())
+	}
+	fs := r.sortedFinished()
+	recs := make([]*SeedRecord, len(fs))
+	for i, f := range fs {
+		recs[i] = f.seed
+	}
+	return WriteJSON(r.results, recs)
 }
 
 // summary computes the stats and fires post_rollout.
 func (r *Runner) summary(ctx context.Context, start time.Time, runData map[string]map[string]any) *Summary {
 	recs := r.sortedRecords()
 	stats := Compute(recs, r.plans())
+	usage := seedUsage(stats.Overall.Usage, r.opts.Cost)
+	stats.TokenUsage = &usage
 	r.mu.Lock()
 	for _, e := range r.envs {
 		for _, t := range e.tasks {
@@ -653,8 +720,8 @@ func (r *Runner) summary(ctx context.Context, start time.Time, runData map[strin
 	stats.Run = RunInfo{
 		Policy:          r.opts.PolicyName,
 		Model:           r.opts.Model,
-		StartTime:       start,
-		EndTime:         time.Now(),
+		StartTime:       gym.TimeOf(start),
+		EndTime:         gym.TimeOf(time.Now()),
 		DurationSeconds: time.Since(start).Seconds(),
 		Interrupted:     ctx.Err() != nil,
 		Stopped:         r.stopped,

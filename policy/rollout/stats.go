@@ -1,8 +1,6 @@
 package rollout
 
 import (
-	"time"
-
 	"github.com/gymserver/gymserver/gym"
 	"github.com/gymserver/gymserver/policy/plugin"
 )
@@ -18,9 +16,9 @@ type Record struct {
 	SessionID string `json:"session_id,omitempty"`
 	// TrajectoryFile is the trajectory's path, relative to the results
 	// file's directory when it is inside it.
-	TrajectoryFile string    `json:"trajectory_file"`
-	StartTime      time.Time `json:"start_time"`
-	EndTime        time.Time `json:"end_time"`
+	TrajectoryFile string   `json:"trajectory_file"`
+	StartTime      gym.Time `json:"start_time"`
+	EndTime        gym.Time `json:"end_time"`
 	// Turns is the number of policy calls.
 	Turns         int               `json:"turns"`
 	Usage         gym.Usage         `json:"usage"`
@@ -31,8 +29,11 @@ type Record struct {
 }
 
 // Stats is the stats file: aggregates over the whole run, per environment
-// and per task.
+// and per task. It also carries the Real Work seed's names for its
+// aggregates (SeedTotals at the root, SeedAggregate in each environment),
+// so a seed user's scripts read it unchanged.
 type Stats struct {
+	SeedTotals
 	Overall      Aggregate            `json:"overall"`
 	Environments map[string]Aggregate `json:"environments"`
 	// Tasks has an entry for every task the run covered, by "ENV/TASK".
@@ -42,12 +43,44 @@ type Stats struct {
 	Run     RunInfo                `json:"run"`
 }
 
+// SeedTotals are the seed's root-level stats: its stats file's counters
+// and the success rate and mean duration its summary printed. They are
+// copies of Overall's numbers under the seed's names.
+type SeedTotals struct {
+	TotalEpisodes      int `json:"total_episodes"`
+	SuccessfulEpisodes int `json:"successful_episodes"`
+	// FailedEpisodes counts every episode that was not a success, masked
+	// ones included, as the seed did.
+	FailedEpisodes int `json:"failed_episodes"`
+	// TotalDuration sums the episodes' durations, in seconds.
+	TotalDuration float64 `json:"total_duration"`
+	// SuccessRate is Overall.SuccessRate: over scored episodes.
+	SuccessRate float64 `json:"success_rate"`
+	AvgDuration float64 `json:"avg_duration"`
+	// TokenUsage is the run's token usage in the seed's names, with its
+	// estimated cost; set by the runner.
+	TokenUsage *SeedTokenUsage `json:"token_usage,omitempty"`
+}
+
+// SeedAggregate are the seed's per-environment stats, under its names:
+// copies of the Aggregate's numbers.
+type SeedAggregate struct {
+	Successful int `json:"successful"`
+	// Failed counts every episode that was not a success.
+	Failed int `json:"failed"`
+	// TotalDuration sums the episodes' durations, in seconds.
+	TotalDuration float64 `json:"total_duration"`
+	// AvgScore is MeanReward: the mean final score of scored episodes.
+	AvgScore    float64 `json:"avg_score"`
+	AvgDuration float64 `json:"avg_duration"`
+}
+
 // RunInfo describes the run that produced the stats.
 type RunInfo struct {
-	Policy    string    `json:"policy,omitempty"`
-	Model     string    `json:"model,omitempty"`
-	StartTime time.Time `json:"start_time"`
-	EndTime   time.Time `json:"end_time"`
+	Policy    string   `json:"policy,omitempty"`
+	Model     string   `json:"model,omitempty"`
+	StartTime gym.Time `json:"start_time"`
+	EndTime   gym.Time `json:"end_time"`
 	// DurationSeconds is the wall-clock time of the run.
 	DurationSeconds float64 `json:"duration_seconds"`
 	// Interrupted is true when the run was stopped before it finished.
@@ -113,6 +146,7 @@ type Aggregate struct {
 	// AgentDone counts episodes in which the agent called mark_done.
 	AgentDone int       `json:"agent_done"`
 	Usage     gym.Usage `json:"usage"`
+	SeedAggregate
 }
 
 // add counts one episode in a.
@@ -158,6 +192,7 @@ func (a *Aggregate) add(r Record) {
 
 // finish turns the sums into means and rates.
 func (a *Aggregate) finish() {
+	a.TotalDuration = a.MeanDuration
 	a.MeanDuration = div(a.MeanDuration, a.Episodes)
 	a.MeanReward = div(a.MeanReward, a.Scored)
 	a.SuccessRate = div(float64(a.Successes), a.Scored)
@@ -166,6 +201,8 @@ func (a *Aggregate) finish() {
 	if a.TerminationReasons == nil {
 		a.TerminationReasons = map[gym.TerminationReason]int{}
 	}
+	a.Successful, a.Failed = a.Successes, a.Episodes-a.Successes
+	a.AvgScore, a.AvgDuration = a.MeanReward, a.MeanDuration
 }
 
 func div(a float64, b int) float64 {
@@ -256,6 +293,11 @@ func Compute(records []Record, envs []EnvPlan) Stats {
 	for id, a := range s.Environments {
 		a.finish()
 		s.Environments[id] = a
+	}
+	o := s.Overall
+	s.SeedTotals = SeedTotals{
+		TotalEpisodes: o.Episodes, SuccessfulEpisodes: o.Successful, FailedEpisodes: o.Failed,
+		TotalDuration: o.TotalDuration, SuccessRate: o.SuccessRate, AvgDuration: o.AvgDuration,
 	}
 	return s
 }
