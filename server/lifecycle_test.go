@@ -15,6 +15,7 @@ import (
 
 	gymclient "github.com/gymserver/gymserver/clients/go"
 	"github.com/gymserver/gymserver/gym"
+	"github.com/gymserver/gymserver/gym/gymtest"
 	"github.com/gymserver/gymserver/server"
 	"github.com/gymserver/gymserver/server/wire"
 )
@@ -80,7 +81,7 @@ func TestShutdownDrainsRunningStep(t *testing.T) {
 		t.Errorf("step while draining: %v, want unavailable", err)
 	}
 	out := <-stepc
-	if out.err != nil || out.res.Observation.Messages[0].Content != "" || out.res.Info.Calls[0].ExitCode != 0 {
+	if out.err != nil || out.res.Observation.Messages[0].Content != gymtest.Output("") || out.res.Info.Calls[0].ExitCode != 0 {
 		t.Errorf("in-flight step: %+v %v, want it finished", out.res, out.err)
 	}
 	if err := <-stopc; err != nil {

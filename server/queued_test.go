@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/gymserver/gymserver/gym"
+	"github.com/gymserver/gymserver/gym/gymtest"
 	"github.com/gymserver/gymserver/server"
 	"github.com/gymserver/gymserver/server/wire"
 )
@@ -174,7 +175,7 @@ func TestQueuedBytesBudget(t *testing.T) {
 	var sr wire.StepResult
 	if r := rc.call(wire.Request{ID: 6, Op: wire.OpStep, Session: other.SessionID,
 		ToolCalls: []wire.ToolCall{{Function: wire.FunctionCall{Name: gym.ToolExecuteCommand, Arguments: `{"command":"echo ok"}`}}}}, &sr); !r.OK ||
-		sr.Observation.Messages[0].Content != "ok\n" {
+		sr.Observation.Messages[0].Content != gymtest.Output("ok\n") {
 		t.Fatalf("step on another session while the budget is full: %+v %+v", r.Error, sr)
 	}
 

@@ -14,6 +14,7 @@ import (
 
 	"github.com/gymserver/gymserver/envs/config"
 	"github.com/gymserver/gymserver/gym"
+	"github.com/gymserver/gymserver/gym/gymtest"
 	"github.com/gymserver/gymserver/gym/toolparse"
 	"github.com/gymserver/gymserver/policy/rollout"
 )
@@ -36,11 +37,11 @@ func TestEpisodeTranscriptAndOutputs(t *testing.T) {
 		"system  " + tr.Messages[0].Content,
 		"user  Write hello to out.txt.",
 		"assistant  thinking",
-		"tool a Wrote 5 bytes to out.txt.",
-		"tool b hello",
-		"tool c hi\n",
+		"tool a Wrote 5 bytes to /workspace/out.txt.",
+		"tool b " + gymtest.Output("hello"),
+		"tool c " + gymtest.Output("hi\n"),
 		"assistant  thinking",
-		"tool d Task marked as done.",
+		"tool d Marked done. The episode is over; the tests will now run.",
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("transcript (-want +got):\n%s", diff)
@@ -216,7 +217,7 @@ func TestSafetyFilterBlocksOnlyTheDangerousCall(t *testing.T) {
 	tr := trajectory(t, sum, "mem", 0)
 	tools := toolMessages(tr.Messages)
 	if len(tools) != 4 || tools[1].ToolCallID != "rm" || !strings.HasPrefix(tools[1].Content, "Blocked by safety_filter:") ||
-		!strings.Contains(tools[1].Content, "delete_root") || tools[0].Content != "before\n" {
+		!strings.Contains(tools[1].Content, "delete_root") || tools[0].Content != gymtest.Output("before\n") {
 		t.Fatalf("tool messages = %+v", tools)
 	}
 	st := tr.Steps[1]
