@@ -305,12 +305,18 @@ func (s *Sandbox) diagnose(err error) error {
 // Bounds on executor calls. The agent cannot stop or starve the executor
 // (it runs as another user), so an executor that does not answer in time
 // is an infrastructure failure, reported as one instead of hanging the
-// episode.
+// episode. Every call is bounded: a command by its timeout plus
+// execGrace, a command without a timeout by checks that the executor
+// still answers (aliveEvery, each within execGrace), anything else by
+// opBound.
 const (
 	// execGrace is added to a command's own timeout.
 	execGrace = 15 * time.Second
 	// opBound bounds file operations and KillAll.
 	opBound = 60 * time.Second
+	// aliveEvery is how often the executor is pinged while a command
+	// without a timeout runs.
+	aliveEvery = 30 * time.Second
 )
 
 // bounded runs call under a deadline of d (none when d is 0) and turns an
@@ -331,16 +337,64 @@ func (s *Sandbox) bounded(ctx context.Context, what string, d time.Duration, cal
 // Exec runs a command through the executor, as the sandbox user.
 func (s *Sandbox) Exec(ctx context.Context, req sandbox.ExecRequest) (r sandbox.ExecResult, err error) {
 	var bound time.Duration
-	if req.Timeout > 0 && !req.Background {
-		bound = req.Timeout + execGrace
-	} else if req.Background {
+	switch {
+	case req.Background:
 		bound = opBound
+	case req.Timeout > 0:
+		bound = req.Timeout + s.p.bounds.grace
+	default:
+		return s.execWatched(ctx, req)
 	}
 	err = s.bounded(ctx, "exec", bound, func(ctx context.Context) (err error) {
 		r, err = s.exec.Exec(ctx, req)
 		return err
 	})
 	return r, err
+}
+
+// execWatched runs a command without a timeout, which may run as long as
+// ctx allows: meanwhile a watcher pings the executor, and a ping without
+// an answer in time ends the call with a sandbox error.
+func (s *Sandbox) execWatched(ctx context.Context, req sandbox.ExecRequest) (sandbox.ExecResult, error) {
+	wctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	watched := make(chan struct{})
+	go func() {
+		defer close(watched)
+		s.watch(wctx, cancel)
+	}()
+	r, err := s.exec.Exec(wctx, req)
+	cancel(nil)
+	<-watched
+	if cause := context.Cause(wctx); err != nil && ctx.Err() == nil && gym.ClassOf(cause) == gym.ClassSandbox {
+		err = cause
+	}
+	return r, s.diagnose(err)
+}
+
+// watch pings the executor every bounds.alive until ctx ends; a ping
+// without an answer within bounds.grace cancels ctx with a sandbox error.
+func (s *Sandbox) watch(ctx context.Context, cancel context.CancelCauseFunc) {
+	b := s.p.bounds
+	tick := time.NewTicker(b.alive)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		pctx, stop := context.WithTimeout(ctx, b.grace)
+		err := s.exec.Ping(pctx)
+		stop()
+		if err != nil && ctx.Err() == nil {
+			if errors.Is(err, context.DeadlineExceeded) {
+				err = fmt.Errorf("it did not answer within %s", b.grace)
+			}
+			cancel(gym.Errorf(gym.ClassSandbox, "docker: exec: the executor in %s failed while the command ran: %v", shortID(s.id), err))
+			return
+		}
+	}
 }
 
 // WriteFile writes a file as the sandbox user.
