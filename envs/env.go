@@ -2,8 +2,6 @@ package envs
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"log/slog"
 	mrand "math/rand/v2"
@@ -402,14 +400,12 @@ func (e *TaskEnv) Reset(ctx context.Context, req gym.ResetRequest) (gym.Session,
 // clock starts now.
 func (t *task) start(ctx context.Context, image string, files []sandbox.File) (*session, error) {
 	e := t.env
-	id := newSessionID()
 	spec := sandbox.Spec{
 		Image:   image,
 		WorkDir: t.cfg.WorkingDirectory,
 		Env:     e.cfg.EnvironmentVariables,
 		Labels: map[string]string{
-			sandbox.LabelSession: id,
-			sandbox.LabelTask:    e.cfg.ID + "/" + t.src.ID,
+			sandbox.LabelTask: e.cfg.ID + "/" + t.src.ID,
 		},
 		Resources: sandbox.Resources{
 			MemoryBytes: t.cfg.Resources.MemoryBytes,
@@ -427,14 +423,13 @@ func (t *task) start(ctx context.Context, image string, files []sandbox.File) (*
 		if err == nil || attempt >= e.cfg.MaxRetries || ctx.Err() != nil {
 			break
 		}
-		e.log.Warn("sandbox start failed; retrying", "session_id", id, "attempt", attempt+1, "err", err)
+		t.log.Warn("sandbox start failed; retrying", "attempt", attempt+1, "err", err)
 	}
 	if err != nil {
-		return nil, gym.Classify(fmt.Errorf("environment %s: session %s: start sandbox: %w", e.cfg.ID, id, err), gym.ClassSandbox)
+		return nil, gym.Classify(fmt.Errorf("environment %s: task %s: start sandbox: %w", e.cfg.ID, t.src.ID, err), gym.ClassSandbox)
 	}
-	if n, ok := sb.(sandbox.Named); ok && n.SessionID() != "" {
-		id = n.SessionID() // a pooled sandbox was labelled before this reset
-	}
+	// The provider mints session ids (sandbox.NewSessionID).
+	id := sb.SessionID()
 	s := &session{env: e, task: t, id: id, sb: sb, start: time.Now()}
 	t.log.Info("session started", "session_id", id, "sandbox", shortID(sb.ID()))
 	return s, nil
@@ -447,14 +442,6 @@ func (t *task) limits() gym.EpisodeLimits {
 		GlobalTimeout:  gym.Duration(t.cfg.Timeouts.Global),
 		CommandTimeout: gym.Duration(t.cfg.Timeouts.Command),
 	}
-}
-
-func newSessionID() string {
-	var b [12]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		panic(err) // crypto/rand never fails on Linux
-	}
-	return "s-" + hex.EncodeToString(b[:])
 }
 
 func shortID(id string) string {

@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"regexp"
 	"sort"
 	"strconv"
 	"testing"
@@ -24,6 +25,9 @@ import (
 	"github.com/gymserver/gymserver/envs/sandbox/sandboxtest"
 	"github.com/gymserver/gymserver/gym"
 )
+
+// sessionIDPattern is the form of the session ids sandbox.NewSessionID mints.
+var sessionIDPattern = regexp.MustCompile(`^s-[0-9a-f]{24}$`)
 
 // newProvider returns a provider of the test's own; see dockertest.New.
 func newProvider(t testing.TB) (*docker.Provider, *client.Client) {
@@ -59,7 +63,7 @@ func TestContainerHardening(t *testing.T) {
 		t.Fatal(err)
 	}
 	sb, err := p.Create(ctx, sandbox.Spec{Image: image, WorkDir: "/workspace",
-		Labels:    map[string]string{sandbox.LabelSession: "s-test", sandbox.LabelTask: "t"},
+		Labels:    map[string]string{sandbox.LabelSession: "s-caller", sandbox.LabelTask: "t"},
 		Resources: sandbox.Resources{MemoryBytes: 256 << 20, CPUs: 0.5, PIDs: 100}})
 	if err != nil {
 		t.Fatal(err)
@@ -86,8 +90,10 @@ func TestContainerHardening(t *testing.T) {
 		t.Errorf("user %q", info.Config.User)
 	}
 	l := info.Config.Labels
-	if l[sandbox.LabelOwner] != p.Owner() || l[sandbox.LabelSession] != "s-test" || l[sandbox.LabelTask] != "t" || l[sandbox.LabelLease] == "" {
-		t.Errorf("labels %v", l)
+	// The provider mints the session id; a caller's is not used.
+	if l[sandbox.LabelOwner] != p.Owner() || l[sandbox.LabelSession] != sb.SessionID() || !sessionIDPattern.MatchString(sb.SessionID()) ||
+		l[sandbox.LabelTask] != "t" || l[sandbox.LabelLease] == "" {
+		t.Errorf("labels %v, session id %q", l, sb.SessionID())
 	}
 }
 

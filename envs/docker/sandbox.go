@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"maps"
 	"path"
 	"sort"
 	"strings"
@@ -29,7 +30,8 @@ const pingTimeout = 20 * time.Second
 type Sandbox struct {
 	p  *Provider
 	id string
-	// session is the container's gymserver.session label.
+	// session is the id of its session, minted at its start and on its
+	// gymserver.session label.
 	session string
 	// made is when the container started.
 	made time.Time
@@ -45,9 +47,8 @@ type Sandbox struct {
 var _ sandbox.Sandbox = (*Sandbox)(nil)
 
 // Create returns a sandbox for spec: a ready one from the warm pool when
-// Options.WarmPool is set and one is waiting (its session id is then its
-// own; see SessionID), else a container started now. On failure nothing is
-// left behind.
+// Options.WarmPool is set and one is waiting, else a container started
+// now. On failure nothing is left behind.
 func (p *Provider) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sandbox, error) {
 	if p.opts.WarmPool <= 0 || p.isSnapshot(spec.Image) {
 		// Forks of a snapshot are one-offs: no pool for them.
@@ -149,6 +150,14 @@ func (p *Provider) create(ctx context.Context, spec sandbox.Spec) (_ *Sandbox, e
 		workdir = "/"
 	}
 	init := true
+	// The session's id is minted here, for a pooled sandbox too: labels
+	// cannot change once the container exists.
+	session := sandbox.NewSessionID()
+	labels := maps.Clone(spec.Labels)
+	if labels == nil {
+		labels = map[string]string{}
+	}
+	labels[sandbox.LabelSession] = session
 	// The container's init and main process and the executor run as root
 	// with the few capabilities the executor needs to act as the agent and
 	// to stop it; the agent's commands run as sandboxUser with none (see
@@ -159,7 +168,7 @@ func (p *Provider) create(ctx context.Context, spec sandbox.Spec) (_ *Sandbox, e
 		User:       machineUser,
 		Env:        envList(spec.Env),
 		WorkingDir: workdir,
-		Labels:     p.labels(spec.Labels),
+		Labels:     p.labels(labels),
 	}
 	host := &container.HostConfig{
 		NetworkMode: container.NetworkMode(network),
@@ -185,7 +194,7 @@ func (p *Provider) create(ctx context.Context, spec sandbox.Spec) (_ *Sandbox, e
 	if err != nil {
 		return nil, gym.Classify(fmt.Errorf("docker: create container from %s: %w", spec.Image, err), gym.ClassSandbox)
 	}
-	s := &Sandbox{p: p, id: created.ID, session: spec.Labels[sandbox.LabelSession], made: time.Now()}
+	s := &Sandbox{p: p, id: created.ID, session: session, made: time.Now()}
 	defer func() {
 		if err != nil {
 			s.Close(context.WithoutCancel(ctx))
@@ -268,12 +277,10 @@ func (w hijackWriter) Close() error {
 // ID is the container id.
 func (s *Sandbox) ID() string { return s.id }
 
-// SessionID is the container's gymserver.session label: the id the caller
-// asked for, or, for a sandbox from the warm pool, the id it was started
-// with. The environment uses it as the session's id.
+// SessionID is the id of the sandbox's session, minted when the container
+// was made (before the session, for a sandbox of the warm pool) and on its
+// gymserver.session label.
 func (s *Sandbox) SessionID() string { return s.session }
-
-var _ sandbox.Named = (*Sandbox)(nil)
 
 // diagnose adds what the engine knows about the container to an executor
 // failure, so that "stream closed" reads as "container was OOM-killed".
