@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/gymserver/gymserver/envs/docker/dockertest"
+	"github.com/gymserver/gymserver/internal/waittest"
 
 	"github.com/google/go-cmp/cmp"
 
@@ -73,6 +74,36 @@ func sessionContainers(t testing.TB, session string) int {
 		t.Fatal(err)
 	}
 	return len(list)
+}
+
+// sessionFileExists reports whether path exists in the session's
+// container, looking as root from outside (docker exec), not through the
+// session.
+func sessionFileExists(ctx context.Context, session, path string) (bool, error) {
+	cli := shared.Client()
+	list, err := cli.ContainerList(ctx, container.ListOptions{
+		Filters: filters.NewArgs(filters.Arg("label", sandbox.LabelSession+"="+session))})
+	if err != nil || len(list) != 1 {
+		return false, fmt.Errorf("the session's container: %d found (%v)", len(list), err)
+	}
+	ex, err := cli.ContainerExecCreate(ctx, list[0].ID, container.ExecOptions{Cmd: []string{"test", "-e", path}})
+	if err != nil {
+		return false, err
+	}
+	if err := cli.ContainerExecStart(ctx, ex.ID, container.ExecStartOptions{}); err != nil {
+		return false, err
+	}
+	for {
+		info, err := cli.ContainerExecInspect(ctx, ex.ID)
+		if err != nil || !info.Running {
+			return err == nil && info.ExitCode == 0, err
+		}
+		select {
+		case <-ctx.Done():
+			return false, ctx.Err()
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
 }
 
 func TestDockerReferenceEpisode(t *testing.T) {
@@ -135,12 +166,11 @@ func TestDockerVanishedClientLeavesNoContainer(t *testing.T) {
 	}
 	rc.request(wire.Request{ID: 2, Op: wire.OpStep, Session: r.SessionID,
 		ToolCalls: []wire.ToolCall{{Function: wire.FunctionCall{Name: gym.ToolExecuteCommand, Arguments: `{"command":"echo started > /tmp/started; sleep 100"}`}}}})
-	waitFor(t, "the step to run", 30*time.Second, func() bool {
-		return strings.Contains(scrape(t, ts), `gymserver_requests_total{op="step"} 1`)
+	waittest.Until(t, "the command to run in the container", 30*time.Second, func() (bool, error) {
+		return sessionFileExists(t.Context(), r.SessionID, "/tmp/started")
 	})
-	time.Sleep(300 * time.Millisecond) // the command is running in the container
 	rc.ws.NetConn().Close()
-	waitFor(t, "the container to be removed", 60*time.Second, func() bool { return sessionContainers(t, r.SessionID) == 0 })
+	waittest.For(t, "the container to be removed", 60*time.Second, func() bool { return sessionContainers(t, r.SessionID) == 0 })
 }
 
 // snapshotImages counts the snapshot images of the shared provider.
@@ -213,7 +243,7 @@ func TestDockerSnapshotFork(t *testing.T) {
 		t.Errorf("%d snapshot images, want %d", n, images+1)
 	}
 	c.Close()
-	waitFor(t, "the connection's containers and snapshot image to be removed", 2*time.Minute, func() bool {
+	waittest.For(t, "the connection's containers and snapshot image to be removed", 2*time.Minute, func() bool {
 		n := sessionContainers(t, s.ID())
 		for _, id := range ids {
 			n += sessionContainers(t, id)
@@ -297,7 +327,7 @@ func TestDockerSIGTERMDrain(t *testing.T) {
 			tc("c", gym.ToolExecuteCommand, `{"command":"sleep 2; echo finished"}`)}})
 		stepc <- stepOut{res, err}
 	}()
-	waitFor(t, "the step to reach the server", 30*time.Second, func() bool {
+	waittest.For(t, "the step to reach the server", 30*time.Second, func() bool {
 		resp, err := http.Get("http://" + addr + "/metrics")
 		if err != nil {
 			return false

@@ -19,6 +19,7 @@ import (
 	gymclient "github.com/gymserver/gymserver/clients/go"
 	"github.com/gymserver/gymserver/gym"
 	"github.com/gymserver/gymserver/gym/gymtest"
+	"github.com/gymserver/gymserver/internal/waittest"
 	"github.com/gymserver/gymserver/server"
 	"github.com/gymserver/gymserver/server/wire"
 )
@@ -302,10 +303,10 @@ func TestConnectionDropsItsSnapshots(t *testing.T) {
 		t.Fatalf("env holds %d snapshots, want 4", n)
 	}
 	gone.Close()
-	waitFor(t, "the closed connection's snapshots to be dropped", 5*time.Second, func() bool {
+	waittest.For(t, "the closed connection's snapshots to be dropped", 5*time.Second, func() bool {
 		return slices.Equal(ts.env.Snapshots(), []string{kept.ID})
 	})
-	waitFor(t, "the snapshots gauge", 5*time.Second, func() bool { return strings.Contains(scrape(t, ts), "gymserver_snapshots 1\n") })
+	waittest.For(t, "the snapshots gauge", 5*time.Second, func() bool { return strings.Contains(scrape(t, ts), "gymserver_snapshots 1\n") })
 	// A drain drops the rest.
 	if err := ts.stop(); err != nil {
 		t.Fatal(err)

@@ -2,6 +2,7 @@ package docker_test
 
 import (
 	"context"
+	"fmt"
 	"sort"
 	"testing"
 	"time"
@@ -16,6 +17,7 @@ import (
 	"github.com/gymserver/gymserver/envs/docker/dockertest"
 	"github.com/gymserver/gymserver/envs/sandbox"
 	"github.com/gymserver/gymserver/envs/sandbox/sandboxtest"
+	"github.com/gymserver/gymserver/internal/waittest"
 )
 
 // TestConformancePooled runs the conformance suite on a provider with a
@@ -106,14 +108,13 @@ func TestWarmPool(t *testing.T) {
 	if err := cli.ContainerKill(ctx, pooled, "KILL"); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	waittest.Until(t, "the killed pooled container to stop", 30*time.Second, func() (bool, error) {
 		info, err := cli.ContainerInspect(ctx, pooled)
-		if err != nil || !info.State.Running || time.Now().After(deadline) {
-			break
+		if errdefs.IsNotFound(err) {
+			return true, nil
 		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return err == nil && !info.State.Running, err
+	})
 	third, err := p.Create(ctx, spec("third"))
 	if err != nil {
 		t.Fatal(err)
@@ -184,11 +185,5 @@ func BenchmarkCreate(b *testing.B) {
 // waitPooled waits until the provider holds n idle pooled sandboxes.
 func waitPooled(tb testing.TB, p *docker.Provider, spec sandbox.Spec, n int) {
 	tb.Helper()
-	deadline := time.Now().Add(time.Minute)
-	for p.Pooled(spec) < n {
-		if time.Now().After(deadline) {
-			tb.Fatalf("the pool holds %d sandboxes, want %d", p.Pooled(spec), n)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	waittest.For(tb, fmt.Sprintf("the pool to hold %d sandboxes", n), time.Minute, func() bool { return p.Pooled(spec) >= n })
 }

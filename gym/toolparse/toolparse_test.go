@@ -4,16 +4,13 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
-	"flag"
-	"os"
 	"path/filepath"
 	"testing"
 
 	"github.com/gymserver/gymserver/gym"
 	"github.com/gymserver/gymserver/gym/toolparse"
+	"github.com/gymserver/gymserver/internal/goldentest"
 )
-
-var update = flag.Bool("update", false, "rewrite the golden files in testdata")
 
 // golden is what a golden file records for one parse.
 type golden struct {
@@ -71,21 +68,7 @@ func TestParseGolden(t *testing.T) {
 			if err := enc.Encode(g); err != nil {
 				t.Fatal(err)
 			}
-			got := buf.Bytes()
-			path := filepath.Join("testdata", tt.parser+"_"+tt.name+".golden")
-			if *update {
-				if err := os.WriteFile(path, got, 0o644); err != nil {
-					t.Fatal(err)
-				}
-				return
-			}
-			want, rerr := os.ReadFile(path)
-			if rerr != nil {
-				t.Fatalf("%v (run with -update to create)", rerr)
-			}
-			if string(got) != string(want) {
-				t.Errorf("Parse(%q) mismatch with %s:\ngot:\n%s\nwant:\n%s", tt.parser, path, got, want)
-			}
+			goldentest.Check(t, filepath.Join("testdata", tt.parser+"_"+tt.name+".golden"), buf.Bytes())
 		})
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/gymserver/gymserver/gym"
 	"github.com/gymserver/gymserver/gym/gymtest"
 	"github.com/gymserver/gymserver/gym/toolparse"
+	"github.com/gymserver/gymserver/internal/waittest"
 	"github.com/gymserver/gymserver/policy/rollout"
 )
 
@@ -339,7 +340,7 @@ func TestCancelStopsCleanly(t *testing.T) {
 		})
 		errc <- err
 	}()
-	waitFor(t, "the slow episodes to start", 5*time.Second, func() bool { return len(env.OpenSessions()) == 2 })
+	waittest.For(t, "the slow episodes to start", 5*time.Second, func() bool { return len(env.OpenSessions()) == 2 })
 	cancel()
 	select {
 	case err := <-errc:

@@ -5,9 +5,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -16,10 +14,9 @@ import (
 	"github.com/vmihailenco/msgpack/v5"
 
 	"github.com/gymserver/gymserver/gym"
+	"github.com/gymserver/gymserver/internal/goldentest"
 	"github.com/gymserver/gymserver/server/wire"
 )
-
-var update = flag.Bool("update", false, "rewrite testdata/*.golden")
 
 // render shows a frame as its hex bytes and as indented JSON.
 func render(t *testing.T, f []byte) string {
@@ -62,20 +59,7 @@ func TestGolden(t *testing.T) {
 			if err := wire.Check(enc); err != nil {
 				t.Fatalf("encoded frame fails Check: %v", err)
 			}
-			got := render(t, enc)
-			path := filepath.Join("testdata", f.name+".golden")
-			if *update {
-				if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
-					t.Fatal(err)
-				}
-			}
-			want, err := os.ReadFile(path)
-			if err != nil {
-				t.Fatalf("%v (run with -update)", err)
-			}
-			if d := cmp.Diff(string(want), got); d != "" {
-				t.Errorf("frame differs from %s (-want +got):\n%s", path, d)
-			}
+			goldentest.Check(t, filepath.Join("testdata", f.name+".golden"), []byte(render(t, enc)))
 			// Every frame decodes back to what was encoded.
 			switch v := f.v.(type) {
 			case wire.Request:
