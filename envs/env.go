@@ -4,8 +4,10 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"maps"
 	mrand "math/rand/v2"
 	"path"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -374,8 +376,11 @@ func SeedIndex(seed int64, n int) int {
 // Reset starts a new episode of the task the request picks in a fresh
 // sandbox.
 func (e *TaskEnv) Reset(ctx context.Context, req gym.ResetRequest) (gym.Session, gym.Reset, error) {
-	for k := range req.Options {
-		return nil, gym.Reset{}, fmt.Errorf("environment %s: option %q is not supported: %w", e.cfg.ID, k, gym.ErrInvalidArgument)
+	if len(req.Options) > 0 {
+		// No environment takes options yet (PROTOCOL.md §4.3); all of
+		// them are named, sorted, so the message is the same every time.
+		return nil, gym.Reset{}, fmt.Errorf("environment %s: options are not supported (got %s): %w",
+			e.cfg.ID, strings.Join(slices.Sorted(maps.Keys(req.Options)), ", "), gym.ErrInvalidArgument)
 	}
 	t, err := e.pick(req)
 	if err != nil {

@@ -126,11 +126,13 @@ func TestDockerReferenceEpisode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r.TaskID != "calculator_api" || len(r.Tools) == 0 || r.Limits.MaxActions != 60 || sessionContainers(t, s.ID()) != 1 {
+	// PROTOCOL.md §9 shows this episode: its limits, messages and counts.
+	wantLimits := gym.EpisodeLimits{MaxActions: 60, GlobalTimeout: gym.Duration(900 * time.Second), CommandTimeout: gym.Duration(120 * time.Second)}
+	if r.TaskID != "calculator_api" || len(r.Tools) == 0 || r.Limits != wantLimits || sessionContainers(t, s.ID()) != 1 {
 		t.Fatalf("reset = %+v", r)
 	}
 	var last gym.StepResult
-	for _, call := range calls {
+	for i, call := range calls {
 		last, err = s.Step(ctx, gym.Action{ToolCalls: []gym.ToolCall{call}})
 		if err != nil {
 			t.Fatal(err)
@@ -140,10 +142,17 @@ func TestDockerReferenceEpisode(t *testing.T) {
 				t.Fatalf("reference call %s: %s %s", ci.Name, ci.ErrorClass, ci.Error)
 			}
 		}
+		if i == 0 && !regexp.MustCompile(`^Wrote \d+ bytes to /workspace/app\.py\.$`).MatchString(last.Observation.Text) {
+			t.Errorf("write_file observation %q", last.Observation.Text)
+		}
 	}
 	ev := last.Info.Evaluation
-	if !last.Terminated || last.Reward != 1 || ev == nil || ev.Reward != 1 || !ev.Success || ev.Total < 5 {
+	if !last.Terminated || last.Reward != 1 || ev == nil || ev.Reward != 1 || !ev.Success || ev.Total != 16 || ev.Passed != 16 {
 		t.Fatalf("final step: reward %v terminated %v evaluation %+v", last.Reward, last.Terminated, ev)
+	}
+	if last.Observation.Text != "Marked done. The episode is over; the tests will now run." || len(ev.Commands) != 1 ||
+		ev.Commands[0].Command != "python3 -m pytest tests/" || ev.Commands[0].Source != "junit" || !ev.Commands[0].Success || ev.Tests[0].Command != 0 {
+		t.Errorf("final step: %q, commands %+v", last.Observation.Text, ev.Commands)
 	}
 	fin, err := s.Close(ctx)
 	if err != nil || fin.Evaluation == nil || fin.Evaluation.Reward != 1 {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/gymserver/gymserver/envs"
 	"github.com/gymserver/gymserver/gym"
 	"github.com/gymserver/gymserver/gym/gymtest"
 )
@@ -77,6 +78,15 @@ func TestEpisodeScoresExpect(t *testing.T) {
 	if !res.Terminated || res.Reward != 0.5 || ev == nil || ev.Total != 2 || ev.Passed != 1 || ev.Mask {
 		t.Fatalf("final step = %+v, evaluation %+v", res, ev)
 	}
+	// Closing an ended episode keeps its reason and evaluation; closing a
+	// running one says closed, unevaluated (PROTOCOL.md §4.6).
+	if fin, err := s.Close(t.Context()); err != nil || fin.TerminationReason != gym.ReasonCompleted || fin.Evaluation == nil || fin.Evaluation.Reward != 0.5 {
+		t.Errorf("close after the end: %+v %v", fin, err)
+	}
+	running := reset(t, env, "t1")
+	if fin, err := running.Close(t.Context()); err != nil || fin.TerminationReason != gym.ReasonClosed || fin.Evaluation != nil {
+		t.Errorf("close while running: %+v %v", fin, err)
+	}
 	// The test of a file written with quotes and a newline passes too.
 	s = reset(t, env, "t1")
 	step(t, s, call("a", gym.ToolWriteFile, `{"filepath":"a.txt","content":"hello"}`),
@@ -133,16 +143,49 @@ func TestCrashMasksTheEpisode(t *testing.T) {
 	}
 }
 
+// TestMaxActions pins PROTOCOL.md §4.4: the call that reaches max_actions
+// runs, the later calls of the step are not executed (episode_done), and
+// the truncated episode is evaluated on the work done: here it scores 1.
 func TestMaxActions(t *testing.T) {
-	s := reset(t, newEnv().SetMaxActions(2), "t2")
+	s := reset(t, newEnv().SetMaxActions(2), "t1")
 	res := step(t, s,
-		call("a", gym.ToolExecuteCommand, `{"command":"true"}`),
-		call("b", gym.ToolExecuteCommand, `{"command":"false"}`),
+		call("a", gym.ToolWriteFile, `{"filepath":"a.txt","content":"hello"}`),
+		call("b", gym.ToolWriteFile, `{"filepath":"b.txt","content":"it's \"quoted\"\n"}`),
 		call("c", gym.ToolExecuteCommand, `{"command":"echo x"}`),
 	)
-	if !res.Truncated || res.Info.TerminationReason != gym.ReasonMaxActions || res.Info.Calls[2].ErrorClass != gym.ClassEpisodeDone ||
-		res.Info.Evaluation == nil {
+	c := res.Info.Calls[2]
+	if !res.Truncated || res.Terminated || res.Info.TerminationReason != gym.ReasonMaxActions || res.Info.Actions != 2 ||
+		c.ErrorClass != gym.ClassEpisodeDone || c.ExitCode != -1 ||
+		res.Observation.Messages[2].Content != "Not executed: the episode already ended (max_actions)." {
 		t.Errorf("step = %+v", res)
+	}
+	if ev := res.Info.Evaluation; ev == nil || res.Reward != 1 || !ev.Success || ev.Mask {
+		t.Errorf("the truncated episode's evaluation = %+v, reward %v; want 1 from the tests", ev, res.Reward)
+	}
+}
+
+// TestTaskAndSeed pins PROTOCOL.md §4.3: task picks the task whatever the
+// seed; a seed without task picks SeedIndex(seed, task_count).
+func TestTaskAndSeed(t *testing.T) {
+	env := gymtest.NewEnv("m", gymtest.Task{ID: "a"}, gymtest.Task{ID: "b"}, gymtest.Task{ID: "c"})
+	ids := []string{"a", "b", "c"}
+	for seed := range int64(12) {
+		s, r, err := env.Reset(t.Context(), gym.ResetRequest{Task: "b", Seed: &seed})
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.Close(t.Context())
+		if r.TaskID != "b" {
+			t.Errorf("task b with seed %d: task %s", seed, r.TaskID)
+		}
+		s, r, err = env.Reset(t.Context(), gym.ResetRequest{Seed: &seed})
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.Close(t.Context())
+		if want := ids[envs.SeedIndex(seed, 3)]; r.TaskID != want {
+			t.Errorf("seed %d: task %s, want %s", seed, r.TaskID, want)
+		}
 	}
 }
 
@@ -162,7 +205,9 @@ func TestResetErrorsAndHook(t *testing.T) {
 	if _, _, err := env.Reset(t.Context(), gym.ResetRequest{Task: "nope"}); !errors.Is(err, gym.ErrNotFound) {
 		t.Errorf("unknown task: %v", err)
 	}
-	if _, _, err := env.Reset(t.Context(), gym.ResetRequest{Options: map[string]any{"x": 1}}); !errors.Is(err, gym.ErrInvalidArgument) {
+	// No environment takes options: all are named, sorted.
+	if _, _, err := env.Reset(t.Context(), gym.ResetRequest{Options: map[string]any{"x": 1, "b": 2, "a": 3}}); !errors.Is(err, gym.ErrInvalidArgument) ||
+		!strings.Contains(err.Error(), "options are not supported (got a, b, x)") {
 		t.Errorf("options: %v", err)
 	}
 	if env.Resets() != 0 || len(env.OpenSessions()) != 0 {

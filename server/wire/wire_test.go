@@ -207,6 +207,35 @@ func TestCheckRejects(t *testing.T) {
 	}
 }
 
+// TestCheckDepth pins how max_depth is counted (PROTOCOL.md §5): the
+// frame's map is level 1, each non-empty map or array inside adds one; an
+// empty one or a scalar adds none.
+func TestCheckDepth(t *testing.T) {
+	// nested is the frame {"x": [[...[last]...]]} with levels levels of
+	// maps and arrays, the innermost holding last.
+	nested := func(levels int, last byte) []byte {
+		f := []byte{0x81, 0xa1, 'x'}
+		f = append(f, bytes.Repeat([]byte{0x91}, levels-1)...)
+		return append(f, last)
+	}
+	for _, tt := range []struct {
+		name  string
+		frame []byte
+		ok    bool
+	}{
+		{"max_depth_levels", nested(wire.MaxDepth, 0xc0), true},
+		{"one_level_more", nested(wire.MaxDepth+1, 0xc0), false},
+		{"empty_array_one_level_more", nested(wire.MaxDepth, 0x90), true},
+		{"empty_map_one_level_more", nested(wire.MaxDepth, 0x80), true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			if err := wire.Check(tt.frame); (err == nil) != tt.ok {
+				t.Errorf("Check = %v, want ok %v", err, tt.ok)
+			}
+		})
+	}
+}
+
 func TestDecodeWrongTypes(t *testing.T) {
 	for _, tt := range []struct {
 		name string
