@@ -19,6 +19,7 @@ import (
 	"github.com/gymserver/gymserver/envs/docker"
 	"github.com/gymserver/gymserver/envs/sandbox"
 	"github.com/gymserver/gymserver/gym"
+	"github.com/gymserver/gymserver/internal/waittest"
 )
 
 // TestServeKilledJanitorRemovesSnapshots kills `gymserver serve` with
@@ -112,7 +113,7 @@ func TestServeKilledJanitorRemovesSnapshots(t *testing.T) {
 	}
 	<-waited
 	killed := time.Now()
-	waitUntil(t, "the killed server's container and snapshot image to go", within, func() (bool, error) {
+	waittest.Until(t, "the killed server's container and snapshot image to go", within, func() (bool, error) {
 		for _, c := range containers {
 			if _, err := cli.ContainerInspect(ctx, c.ID); !errdefs.IsNotFound(err) {
 				return false, err
@@ -126,7 +127,7 @@ func TestServeKilledJanitorRemovesSnapshots(t *testing.T) {
 	})
 	t.Logf("%d containers and the snapshot image gone %s after the SIGKILL", len(containers), time.Since(killed).Round(time.Millisecond))
 	// The janitor logs its last line after the last removal.
-	waitUntil(t, "the janitor's log to say it is done", within, func() (bool, error) {
+	waittest.Until(t, "the janitor's log to say it is done", within, func() (bool, error) {
 		b, err := os.ReadFile(logPath)
 		return err == nil && strings.Contains(string(b), "janitor done"), nil
 	})

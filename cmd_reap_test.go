@@ -26,6 +26,7 @@ import (
 	"github.com/gymserver/gymserver/envs/docker"
 	"github.com/gymserver/gymserver/envs/sandbox"
 	"github.com/gymserver/gymserver/gym"
+	"github.com/gymserver/gymserver/internal/waittest"
 )
 
 // dockerClient returns a client of the local Engine, closed with the test.
@@ -48,32 +49,6 @@ func deadPid(t *testing.T) int {
 		t.Fatal(err)
 	}
 	return cmd.Process.Pid
-}
-
-// waitUntil polls cond every 100 ms until it returns true, failing the test
-// after within.
-func waitUntil(t *testing.T, what string, within time.Duration, cond func() (bool, error)) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	tick := time.NewTicker(100 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		ok, err := cond()
-		if err != nil {
-			t.Fatalf("waiting for %s: %v", what, err)
-		}
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", within, what)
-		}
-		select {
-		case <-t.Context().Done():
-			t.Fatal(t.Context().Err())
-		case <-tick.C:
-		}
-	}
 }
 
 // reapOutput is what `gymserver reap --json` prints.
@@ -266,7 +241,7 @@ func TestServeKilledLeavesNoContainers(t *testing.T) {
 	}
 	<-waited
 	killed := time.Now()
-	waitUntil(t, "the killed server's containers to go", orphanAfter+30*time.Second, func() (bool, error) {
+	waittest.Until(t, "the killed server's containers to go", orphanAfter+30*time.Second, func() (bool, error) {
 		for _, c := range list {
 			_, err := cli.ContainerInspect(ctx, c.ID)
 			if err == nil {

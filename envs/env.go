@@ -2,10 +2,9 @@ package envs
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"log/slog"
+	"maps"
 	mrand "math/rand/v2"
 	"path"
 	"slices"
@@ -419,8 +418,11 @@ func SeedIndex(seed int64, n int) int {
 // Reset starts a new episode of the task the request picks in a fresh
 // sandbox.
 func (e *TaskEnv) Reset(ctx context.Context, req gym.ResetRequest) (gym.Session, gym.Reset, error) {
-	for k := range req.Options {
-		return nil, gym.Reset{}, fmt.Errorf("environment %s: option %q is not supported: %w", e.cfg.ID, k, gym.ErrInvalidArgument)
+	if len(req.Options) > 0 {
+		// No environment takes options yet (PROTOCOL.md §4.3); all of
+		// them are named, sorted, so the message is the same every time.
+		return nil, gym.Reset{}, fmt.Errorf("environment %s: options are not supported (got %s): %w",
+			e.cfg.ID, strings.Join(slices.Sorted(maps.Keys(req.Options)), ", "), gym.ErrInvalidArgument)
 	}
 	t, err := e.pick(req)
 	if err != nil {
@@ -445,14 +447,12 @@ func (e *TaskEnv) Reset(ctx context.Context, req gym.ResetRequest) (gym.Session,
 // clock starts now.
 func (t *task) start(ctx context.Context, image string, files []sandbox.File) (*session, error) {
 	e := t.env
-	id := newSessionID()
 	spec := sandbox.Spec{
 		Image:   image,
 		WorkDir: t.cfg.WorkingDirectory,
 		Env:     e.cfg.EnvironmentVariables,
 		Labels: map[string]string{
-			sandbox.LabelSession: id,
-			sandbox.LabelTask:    e.cfg.ID + "/" + t.src.ID,
+			sandbox.LabelTask: e.cfg.ID + "/" + t.src.ID,
 		},
 		Resources: sandbox.Resources{
 			MemoryBytes: t.cfg.Resources.MemoryBytes,
@@ -470,14 +470,13 @@ func (t *task) start(ctx context.Context, image string, files []sandbox.File) (*
 		if err == nil || attempt >= e.cfg.MaxRetries || ctx.Err() != nil {
 			break
 		}
-		e.log.Warn("sandbox start failed; retrying", "session_id", id, "attempt", attempt+1, "err", err)
+		t.log.Warn("sandbox start failed; retrying", "attempt", attempt+1, "err", err)
 	}
 	if err != nil {
-		return nil, gym.Classify(fmt.Errorf("environment %s: session %s: start sandbox: %w", e.cfg.ID, id, err), gym.ClassSandbox)
+		return nil, gym.Classify(fmt.Errorf("environment %s: task %s: start sandbox: %w", e.cfg.ID, t.src.ID, err), gym.ClassSandbox)
 	}
-	if n, ok := sb.(sandbox.Named); ok && n.SessionID() != "" {
-		id = n.SessionID() // a pooled sandbox was labelled before this reset
-	}
+	// The provider mints session ids (sandbox.NewSessionID).
+	id := sb.SessionID()
 	s := &session{env: e, task: t, id: id, sb: sb, start: time.Now()}
 	t.log.Info("session started", "session_id", id, "sandbox", shortID(sb.ID()))
 	return s, nil
@@ -490,14 +489,6 @@ func (t *task) limits() gym.EpisodeLimits {
 		GlobalTimeout:  gym.Duration(t.cfg.Timeouts.Global),
 		CommandTimeout: gym.Duration(t.cfg.Timeouts.Command),
 	}
-}
-
-func newSessionID() string {
-	var b [12]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		panic(err) // crypto/rand never fails on Linux
-	}
-	return "s-" + hex.EncodeToString(b[:])
 }
 
 func shortID(id string) string {

@@ -355,22 +355,7 @@ func TestPooledResetKeepsLabelAndID(t *testing.T) {
 		t.Fatal(err)
 	}
 	first, _ := reset(t, e)
-	image, err := e.Prepare(t.Context())
-	if err != nil {
-		t.Fatal(err)
-	}
-	ec := cfg.Environments[0]
-	spec := sandbox.Spec{Image: image, WorkDir: ec.WorkingDirectory, Env: ec.EnvironmentVariables,
-		Labels:    map[string]string{sandbox.LabelTask: ec.ID},
-		Resources: sandbox.Resources{MemoryBytes: ec.Resources.MemoryBytes, CPUs: ec.Resources.CPUs, PIDs: ec.Resources.PIDs},
-		Network:   ec.Network}
-	deadline := time.Now().Add(time.Minute)
-	for p.Pooled(spec) < 1 {
-		if time.Now().After(deadline) {
-			t.Fatal("the pool did not fill")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	waitPooled(t, p, e)
 	before := time.Now()
 	second, _ := reset(t, e)
 	if second.ID() == first.ID() {

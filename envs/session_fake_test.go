@@ -462,3 +462,44 @@ func TestFakeForkReportsRemainingTimeout(t *testing.T) {
 		t.Errorf("fork limits %+v, reset limits %+v: only global_timeout changes", fr.Limits, r.Limits)
 	}
 }
+
+// TestFakeSessionIDIsItsSandboxes: the environment mints no session id of
+// its own; a session, a fork too, is named by its sandbox's
+// (sandbox.NewSessionID, minted by the provider).
+func TestFakeSessionIDIsItsSandboxes(t *testing.T) {
+	sandboxSession := make(chan string, 1)
+	e, _ := fakeEnv(t, func(ctx context.Context, sb *sandboxtest.FakeSandbox, req sandbox.ExecRequest) (sandbox.ExecResult, error) {
+		select {
+		case sandboxSession <- sb.SessionID():
+		default:
+		}
+		return sandbox.ExecResult{}, nil
+	})
+	ctx := t.Context()
+	check := func(name string, s gym.Session, r gym.Reset) {
+		t.Helper()
+		step(t, s, call(gym.ToolExecuteCommand, gym.ExecuteCommandArgs{Command: "true"}))
+		if got := <-sandboxSession; s.ID() != got || r.SessionID != got {
+			t.Errorf("%s: session %q, reset %q; its sandbox's session id %q", name, s.ID(), r.SessionID, got)
+		}
+	}
+	s, r, err := e.Reset(ctx, gym.ResetRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close(context.Background())
+	check("reset", s, r)
+	snap, err := s.(gym.Snapshotter).Snapshot(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, r, err := e.Fork(ctx, snap.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close(context.Background())
+	check("fork", f, r)
+	if f.ID() == s.ID() {
+		t.Errorf("the fork has its original's id %s", s.ID())
+	}
+}

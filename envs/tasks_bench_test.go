@@ -24,6 +24,7 @@ import (
 	"github.com/gymserver/gymserver/envs/docker/dockertest"
 	"github.com/gymserver/gymserver/envs/sandbox"
 	"github.com/gymserver/gymserver/gym"
+	"github.com/gymserver/gymserver/internal/waittest"
 )
 
 // The benchmarks in this file compare an environment of many tasks, which
@@ -93,13 +94,7 @@ func (r *specRecorder) waitFull(b *testing.B, n int) {
 	r.mu.Lock()
 	spec := r.last
 	r.mu.Unlock()
-	deadline := time.Now().Add(time.Minute)
-	for r.Pooled(spec) < n {
-		if time.Now().After(deadline) {
-			b.Fatalf("the pool holds %d sandboxes, want %d", r.Pooled(spec), n)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	waittest.For(b, fmt.Sprintf("the pool to hold %d sandboxes", n), time.Minute, func() bool { return r.Pooled(spec) >= n })
 }
 
 // resetAndClose resets task id of e and closes the session; it returns

@@ -17,6 +17,7 @@ import (
 	"github.com/gymserver/gymserver/envs/docker/dockertest"
 	"github.com/gymserver/gymserver/envs/sandbox"
 	"github.com/gymserver/gymserver/gym"
+	"github.com/gymserver/gymserver/internal/waittest"
 )
 
 // manyTasks is an environment of three inline tasks on one image: each
@@ -133,13 +134,7 @@ func waitPooled(t *testing.T, p *docker.Provider, e *envs.TaskEnv) {
 		Labels:    map[string]string{},
 		Resources: sandbox.Resources{MemoryBytes: ec.Resources.MemoryBytes, CPUs: ec.Resources.CPUs, PIDs: ec.Resources.PIDs},
 		Network:   ec.Network}
-	deadline := time.Now().Add(time.Minute)
-	for p.Pooled(spec) < 1 {
-		if time.Now().After(deadline) {
-			t.Fatal("the pool did not fill")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	waittest.For(t, "the pool to fill", time.Minute, func() bool { return p.Pooled(spec) >= 1 })
 }
 
 func TestManyTasksSeedPicksReproducibly(t *testing.T) {

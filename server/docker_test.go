@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/gymserver/gymserver/envs/docker/dockertest"
+	"github.com/gymserver/gymserver/internal/waittest"
 
 	"github.com/google/go-cmp/cmp"
 
@@ -75,6 +76,36 @@ func sessionContainers(t testing.TB, session string) int {
 	return len(list)
 }
 
+// sessionFileExists reports whether path exists in the session's
+// container, looking as root from outside (docker exec), not through the
+// session.
+func sessionFileExists(ctx context.Context, session, path string) (bool, error) {
+	cli := shared.Client()
+	list, err := cli.ContainerList(ctx, container.ListOptions{
+		Filters: filters.NewArgs(filters.Arg("label", sandbox.LabelSession+"="+session))})
+	if err != nil || len(list) != 1 {
+		return false, fmt.Errorf("the session's container: %d found (%v)", len(list), err)
+	}
+	ex, err := cli.ContainerExecCreate(ctx, list[0].ID, container.ExecOptions{Cmd: []string{"test", "-e", path}})
+	if err != nil {
+		return false, err
+	}
+	if err := cli.ContainerExecStart(ctx, ex.ID, container.ExecStartOptions{}); err != nil {
+		return false, err
+	}
+	for {
+		info, err := cli.ContainerExecInspect(ctx, ex.ID)
+		if err != nil || !info.Running {
+			return err == nil && info.ExitCode == 0, err
+		}
+		select {
+		case <-ctx.Done():
+			return false, ctx.Err()
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
 func TestDockerReferenceEpisode(t *testing.T) {
 	ts, ec := startDockerServer(t)
 	c := dial(t, ts, gymclient.Options{})
@@ -95,11 +126,13 @@ func TestDockerReferenceEpisode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r.TaskID != "calculator_api" || len(r.Tools) == 0 || r.Limits.MaxActions != 60 || sessionContainers(t, s.ID()) != 1 {
+	// PROTOCOL.md §9 shows this episode: its limits, messages and counts.
+	wantLimits := gym.EpisodeLimits{MaxActions: 60, GlobalTimeout: gym.Duration(900 * time.Second), CommandTimeout: gym.Duration(120 * time.Second)}
+	if r.TaskID != "calculator_api" || len(r.Tools) == 0 || r.Limits != wantLimits || sessionContainers(t, s.ID()) != 1 {
 		t.Fatalf("reset = %+v", r)
 	}
 	var last gym.StepResult
-	for _, call := range calls {
+	for i, call := range calls {
 		last, err = s.Step(ctx, gym.Action{ToolCalls: []gym.ToolCall{call}})
 		if err != nil {
 			t.Fatal(err)
@@ -109,10 +142,17 @@ func TestDockerReferenceEpisode(t *testing.T) {
 				t.Fatalf("reference call %s: %s %s", ci.Name, ci.ErrorClass, ci.Error)
 			}
 		}
+		if i == 0 && !regexp.MustCompile(`^Wrote \d+ bytes to /workspace/app\.py\.$`).MatchString(last.Observation.Text) {
+			t.Errorf("write_file observation %q", last.Observation.Text)
+		}
 	}
 	ev := last.Info.Evaluation
-	if !last.Terminated || last.Reward != 1 || ev == nil || ev.Reward != 1 || !ev.Success || ev.Total < 5 {
+	if !last.Terminated || last.Reward != 1 || ev == nil || ev.Reward != 1 || !ev.Success || ev.Total != 16 || ev.Passed != 16 {
 		t.Fatalf("final step: reward %v terminated %v evaluation %+v", last.Reward, last.Terminated, ev)
+	}
+	if last.Observation.Text != "Marked done. The episode is over; the tests will now run." || len(ev.Commands) != 1 ||
+		ev.Commands[0].Command != "python3 -m pytest tests/" || ev.Commands[0].Source != "junit" || !ev.Commands[0].Success || ev.Tests[0].Command != 0 {
+		t.Errorf("final step: %q, commands %+v", last.Observation.Text, ev.Commands)
 	}
 	fin, err := s.Close(ctx)
 	if err != nil || fin.Evaluation == nil || fin.Evaluation.Reward != 1 {
@@ -135,12 +175,11 @@ func TestDockerVanishedClientLeavesNoContainer(t *testing.T) {
 	}
 	rc.request(wire.Request{ID: 2, Op: wire.OpStep, Session: r.SessionID,
 		ToolCalls: []wire.ToolCall{{Function: wire.FunctionCall{Name: gym.ToolExecuteCommand, Arguments: `{"command":"echo started > /tmp/started; sleep 100"}`}}}})
-	waitFor(t, "the step to run", 30*time.Second, func() bool {
-		return strings.Contains(scrape(t, ts), `gymserver_requests_total{op="step"} 1`)
+	waittest.Until(t, "the command to run in the container", 30*time.Second, func() (bool, error) {
+		return sessionFileExists(t.Context(), r.SessionID, "/tmp/started")
 	})
-	time.Sleep(300 * time.Millisecond) // the command is running in the container
 	rc.ws.NetConn().Close()
-	waitFor(t, "the container to be removed", 60*time.Second, func() bool { return sessionContainers(t, r.SessionID) == 0 })
+	waittest.For(t, "the container to be removed", 60*time.Second, func() bool { return sessionContainers(t, r.SessionID) == 0 })
 }
 
 // snapshotImages counts the snapshot images of the shared provider.
@@ -213,7 +252,7 @@ func TestDockerSnapshotFork(t *testing.T) {
 		t.Errorf("%d snapshot images, want %d", n, images+1)
 	}
 	c.Close()
-	waitFor(t, "the connection's containers and snapshot image to be removed", 2*time.Minute, func() bool {
+	waittest.For(t, "the connection's containers and snapshot image to be removed", 2*time.Minute, func() bool {
 		n := sessionContainers(t, s.ID())
 		for _, id := range ids {
 			n += sessionContainers(t, id)
@@ -297,7 +336,7 @@ func TestDockerSIGTERMDrain(t *testing.T) {
 			tc("c", gym.ToolExecuteCommand, `{"command":"sleep 2; echo finished"}`)}})
 		stepc <- stepOut{res, err}
 	}()
-	waitFor(t, "the step to reach the server", 30*time.Second, func() bool {
+	waittest.For(t, "the step to reach the server", 30*time.Second, func() bool {
 		resp, err := http.Get("http://" + addr + "/metrics")
 		if err != nil {
 			return false

@@ -17,6 +17,7 @@ import (
 	gymclient "github.com/gymserver/gymserver/clients/go"
 	"github.com/gymserver/gymserver/gym"
 	"github.com/gymserver/gymserver/gym/gymtest"
+	"github.com/gymserver/gymserver/internal/waittest"
 	"github.com/gymserver/gymserver/server"
 	"github.com/gymserver/gymserver/server/wire"
 )
@@ -42,7 +43,7 @@ func TestDrainKeepsListening(t *testing.T) {
 		_, _, err := c.Reset(t.Context(), "mem", gym.ResetRequest{})
 		resetc <- err
 	}()
-	waitFor(t, "the reset to start", 10*time.Second, func() bool {
+	waittest.For(t, "the reset to start", 10*time.Second, func() bool {
 		return strings.Contains(scrape(t, ts), `gymserver_requests_total{op="reset"} 1`)
 	})
 	stopc := make(chan error, 1)
@@ -58,7 +59,7 @@ func TestDrainKeepsListening(t *testing.T) {
 		return resp.StatusCode, string(b), nil
 	}
 	var lastErr error
-	waitFor(t, "/healthz to answer 503 draining", 5*time.Second, func() bool {
+	waittest.For(t, "/healthz to answer 503 draining", 5*time.Second, func() bool {
 		code, body, err := healthz()
 		lastErr = err
 		return err == nil && code == http.StatusServiceUnavailable && body == "draining\n"
@@ -147,7 +148,7 @@ func TestShutdownSlowClient(t *testing.T) {
 	}()
 	envsCount := regexp.MustCompile(`gymserver_requests_total\{op="envs"\} (\d+)`)
 	last, since := -1, time.Now()
-	waitFor(t, "the slow connection to stop being read", 30*time.Second, func() bool {
+	waittest.For(t, "the slow connection to stop being read", 30*time.Second, func() bool {
 		m := envsCount.FindStringSubmatch(scrape(t, ts))
 		k, _ := strconv.Atoi(m[1])
 		if k != last {
@@ -191,7 +192,7 @@ func TestShutdownSlowClient(t *testing.T) {
 	case <-time.After(bound + 10*time.Second):
 		t.Fatalf("Shutdown still running %s after its context ended", 10*time.Second)
 	}
-	waitFor(t, "the sessions to close", 10*time.Second, func() bool { return len(env.OpenSessions()) == 0 })
+	waittest.For(t, "the sessions to close", 10*time.Second, func() bool { return len(env.OpenSessions()) == 0 })
 }
 
 // TestShutdownReturnsCloseErrors checks that Shutdown reports the sessions

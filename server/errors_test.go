@@ -8,6 +8,7 @@ import (
 	"github.com/vmihailenco/msgpack/v5"
 
 	"github.com/gymserver/gymserver/gym"
+	"github.com/gymserver/gymserver/gym/gymtest"
 	"github.com/gymserver/gymserver/server"
 	"github.com/gymserver/gymserver/server/wire"
 )
@@ -100,7 +101,7 @@ func TestBadRequestsKeepConnection(t *testing.T) {
 			var sr wire.StepResult
 			resp := rc.call(wire.Request{ID: 1000, Op: wire.OpStep, Session: live.SessionID,
 				ToolCalls: []wire.ToolCall{{Function: wire.FunctionCall{Name: gym.ToolExecuteCommand, Arguments: `{"command":"echo ok"}`}}}}, &sr)
-			if !resp.OK || sr.Observation.Messages[0].Content != "ok\n" {
+			if !resp.OK || sr.Observation.Messages[0].Content != gymtest.Output("ok\n") {
 				t.Fatalf("live session after %s: %+v %+v", tt.name, resp.Error, sr)
 			}
 		})

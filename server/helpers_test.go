@@ -159,17 +159,5 @@ func (c *rawConn) call(req wire.Request, result any) wire.RawResponse {
 	return r
 }
 
-// waitFor polls cond until it holds or the deadline passes.
-func waitFor(t testing.TB, what string, timeout time.Duration, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", timeout, what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 // tc builds a tool call with JSON arguments.
 func tc(id, name, args string) gym.ToolCall { return gym.NewToolCall(id, name, args) }

@@ -15,6 +15,8 @@ import (
 
 	gymclient "github.com/gymserver/gymserver/clients/go"
 	"github.com/gymserver/gymserver/gym"
+	"github.com/gymserver/gymserver/gym/gymtest"
+	"github.com/gymserver/gymserver/internal/waittest"
 	"github.com/gymserver/gymserver/server"
 	"github.com/gymserver/gymserver/server/wire"
 )
@@ -27,12 +29,12 @@ func TestVanishedClientClosesSessions(t *testing.T) {
 	rc.call(wire.Request{ID: 2, Op: wire.OpReset, Env: "mem"}, &b)
 	rc.request(wire.Request{ID: 3, Op: wire.OpStep, Session: a.SessionID,
 		ToolCalls: []wire.ToolCall{{Function: wire.FunctionCall{Name: gym.ToolExecuteCommand, Arguments: `{"command":"sleep 600"}`}}}})
-	waitFor(t, "the step to start", 10*time.Second, func() bool {
+	waittest.For(t, "the step to start", 10*time.Second, func() bool {
 		return ts.env.Resets() == 2 && len(ts.env.OpenSessions()) == 2
 	})
 	// Vanish: drop the TCP connection without a close frame.
 	rc.ws.NetConn().Close()
-	waitFor(t, "sessions to close", 10*time.Second, func() bool { return len(ts.env.OpenSessions()) == 0 })
+	waittest.For(t, "sessions to close", 10*time.Second, func() bool { return len(ts.env.OpenSessions()) == 0 })
 
 	// The server still serves others.
 	c := dial(t, ts, gymclient.Options{})
@@ -62,13 +64,13 @@ func TestShutdownDrainsRunningStep(t *testing.T) {
 		res, err := s.Step(ctx, gym.Action{ToolCalls: []gym.ToolCall{tc("c", gym.ToolExecuteCommand, `{"command":"sleep 0.5"}`)}})
 		stepc <- stepOut{res, err}
 	}()
-	waitFor(t, "the step to start", 10*time.Second, func() bool {
+	waittest.For(t, "the step to start", 10*time.Second, func() bool {
 		return strings.Contains(scrape(t, ts), `gymserver_requests_total{op="step"} 1`)
 	})
 	stopc := make(chan error, 1)
 	go func() { stopc <- ts.stop() }()
 	// While draining: no new sessions, no new steps.
-	waitFor(t, "draining", 5*time.Second, func() bool {
+	waittest.For(t, "draining", 5*time.Second, func() bool {
 		h, err := c.Hello(ctx)
 		return err == nil && h.Draining
 	})
@@ -80,7 +82,7 @@ func TestShutdownDrainsRunningStep(t *testing.T) {
 		t.Errorf("step while draining: %v, want unavailable", err)
 	}
 	out := <-stepc
-	if out.err != nil || out.res.Observation.Messages[0].Content != "" || out.res.Info.Calls[0].ExitCode != 0 {
+	if out.err != nil || out.res.Observation.Messages[0].Content != gymtest.Output("") || out.res.Info.Calls[0].ExitCode != 0 {
 		t.Errorf("in-flight step: %+v %v, want it finished", out.res, out.err)
 	}
 	if err := <-stopc; err != nil {
@@ -270,7 +272,7 @@ func TestResetWaitLimit(t *testing.T) {
 		_, _, err := c.Reset(ctx, "mem", gym.ResetRequest{Task: "two"})
 		blocked <- err
 	}()
-	waitFor(t, "the blocked reset", 5*time.Second, func() bool {
+	waittest.For(t, "the blocked reset", 5*time.Second, func() bool {
 		body := scrape(t, ts)
 		return strings.Contains(body, `gymserver_requests_total{op="reset"} 1`)
 	})
@@ -313,7 +315,7 @@ func TestIdleSessionsExpire(t *testing.T) {
 		_, err := busy.Step(ctx, gym.Action{ToolCalls: []gym.ToolCall{tc("", gym.ToolExecuteCommand, `{"command":"sleep 1"}`)}})
 		stepc <- err
 	}()
-	waitFor(t, "the idle session to expire", 10*time.Second, func() bool {
+	waittest.For(t, "the idle session to expire", 10*time.Second, func() bool {
 		open := ts.env.OpenSessions()
 		return len(open) == 1 && open[0] == busy.ID()
 	})
@@ -387,7 +389,7 @@ func TestHeartbeats(t *testing.T) {
 			}
 			break
 		}
-		waitFor(t, "the silent client's session to close", 10*time.Second, func() bool {
+		waittest.For(t, "the silent client's session to close", 10*time.Second, func() bool {
 			for _, id := range ts.env.OpenSessions() {
 				if id == r.SessionID {
 					return false

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/gymserver/gymserver/gym"
+	"github.com/gymserver/gymserver/gym/gymtest"
+	"github.com/gymserver/gymserver/internal/waittest"
 	"github.com/gymserver/gymserver/server"
 	"github.com/gymserver/gymserver/server/wire"
 )
@@ -174,7 +176,7 @@ func TestQueuedBytesBudget(t *testing.T) {
 	var sr wire.StepResult
 	if r := rc.call(wire.Request{ID: 6, Op: wire.OpStep, Session: other.SessionID,
 		ToolCalls: []wire.ToolCall{{Function: wire.FunctionCall{Name: gym.ToolExecuteCommand, Arguments: `{"command":"echo ok"}`}}}}, &sr); !r.OK ||
-		sr.Observation.Messages[0].Content != "ok\n" {
+		sr.Observation.Messages[0].Content != gymtest.Output("ok\n") {
 		t.Fatalf("step on another session while the budget is full: %+v %+v", r.Error, sr)
 	}
 
@@ -192,7 +194,7 @@ func TestQueuedBytesBudget(t *testing.T) {
 			t.Errorf("response %d after close: ok=%v error=%+v, want session_closed", r.ID, r.OK, r.Error)
 		}
 	}
-	waitFor(t, "the queued-bytes gauge to return to 0", 10*time.Second, func() bool { return mustQueuedBytes(t, ts) == 0 })
+	waittest.For(t, "the queued-bytes gauge to return to 0", 10*time.Second, func() bool { return mustQueuedBytes(t, ts) == 0 })
 
 	// A large step fits again.
 	if r := rc.call(textStep(8, other.SessionID, &text), &sr); !r.OK || sr.Info.Step != 2 {
@@ -218,7 +220,7 @@ func TestQueuedBytesReleasedOnDisconnect(t *testing.T) {
 		t.Fatalf("queued bytes %.0f with steps waiting, want between 0 and %d", v, budget)
 	}
 	rc.ws.Close()
-	waitFor(t, "the queued-bytes gauge to return to 0", 10*time.Second, func() bool { return mustQueuedBytes(t, ts) == 0 })
+	waittest.For(t, "the queued-bytes gauge to return to 0", 10*time.Second, func() bool { return mustQueuedBytes(t, ts) == 0 })
 }
 
 // heapAlloc returns the live heap after collecting garbage; two cycles
@@ -254,7 +256,7 @@ func TestQueuedPayloadsMemory(t *testing.T) {
 	for range n - len(refused) + 2 { // the close, the sleeping step and the admitted ones
 		rc.next()
 	}
-	waitFor(t, "the queued-bytes gauge to return to 0", 10*time.Second, func() bool { return mustQueuedBytes(t, ts) == 0 })
+	waittest.For(t, "the queued-bytes gauge to return to 0", 10*time.Second, func() bool { return mustQueuedBytes(t, ts) == 0 })
 	// Answered requests keep nothing of their payloads.
 	if after := int64(heapAlloc()) - int64(base); after > payload/2 {
 		t.Errorf("heap still %d bytes above the start after every step was answered, want under %d", after, payload/2)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/gymserver/gymserver/gym"
 	"github.com/gymserver/gymserver/gym/gymtest"
+	"github.com/gymserver/gymserver/internal/waittest"
 	"github.com/gymserver/gymserver/server"
 	"github.com/gymserver/gymserver/server/wire"
 )
@@ -123,7 +124,7 @@ func TestReaperPicksSessionOnce(t *testing.T) {
 		}
 		ids[res.SessionID] = true
 	}
-	waitFor(t, "every session to be picked by the reaper", 10*time.Second, func() bool {
+	waittest.For(t, "every session to be picked by the reaper", 10*time.Second, func() bool {
 		return len(logs.count(t, "closing idle session", "session_id")) >= n
 	})
 	// A session opened now is picked by a sweep that runs after all of
@@ -132,7 +133,7 @@ func TestReaperPicksSessionOnce(t *testing.T) {
 	if r := rc.call(wire.Request{ID: 1000, Op: wire.OpReset, Env: "mem"}, &probe); !r.OK {
 		t.Fatalf("reset: %+v", r.Error)
 	}
-	waitFor(t, "the probe session to be picked", 10*time.Second, func() bool {
+	waittest.For(t, "the probe session to be picked", 10*time.Second, func() bool {
 		return logs.count(t, "closing idle session", "session_id")[probe.SessionID] > 0
 	})
 	for id, k := range logs.count(t, "closing idle session", "session_id") {
@@ -155,5 +156,5 @@ func TestReaperPicksSessionOnce(t *testing.T) {
 		t.Errorf("step on a picked session: %+v, want session_expired", r.Error)
 	}
 	unblock()
-	waitFor(t, "the sessions to close", 10*time.Second, func() bool { return len(mem.OpenSessions()) == 0 })
+	waittest.For(t, "the sessions to close", 10*time.Second, func() bool { return len(mem.OpenSessions()) == 0 })
 }

@@ -12,6 +12,7 @@ import (
 
 	gymclient "github.com/gymserver/gymserver/clients/go"
 	"github.com/gymserver/gymserver/gym"
+	"github.com/gymserver/gymserver/gym/gymtest"
 	"github.com/gymserver/gymserver/server"
 	"github.com/gymserver/gymserver/server/wire"
 )
@@ -45,7 +46,7 @@ func TestEpisodeThroughClient(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.Done() || len(res.Observation.Messages) != 2 || res.Observation.Messages[1].Content != "hello" ||
+	if res.Done() || len(res.Observation.Messages) != 2 || res.Observation.Messages[1].Content != gymtest.Output("hello") ||
 		res.Observation.Messages[1].ToolCallID != "c2" || res.Info.Actions != 2 {
 		t.Fatalf("step = %+v", res)
 	}
@@ -122,7 +123,7 @@ func TestRawTextParsers(t *testing.T) {
 			if len(calls) != tt.wantCalls || len(res.Info.Calls) == 0 || res.Info.Calls[0].ErrorClass != tt.wantClass {
 				t.Fatalf("calls %+v info %+v", calls, res.Info)
 			}
-			if tt.wantCalls > 0 && res.Observation.Messages[0].Content != tt.wantOut {
+			if tt.wantCalls > 0 && res.Observation.Messages[0].Content != gymtest.Output(tt.wantOut) {
 				t.Errorf("output %q, want %q", res.Observation.Messages[0].Content, tt.wantOut)
 			}
 			if tt.wantClass != "" && (res.Info.Step != 1 || res.Observation.Text == "") {
@@ -243,7 +244,7 @@ func TestConcurrentSessionsOnOneConnection(t *testing.T) {
 					if err != nil {
 						return err
 					}
-					if got := res.Observation.Messages[0].Content; got != want+"\n" || res.Info.Step != j+1 {
+					if got := res.Observation.Messages[0].Content; got != gymtest.Output(want) || res.Info.Step != j+1 {
 						return fmt.Errorf("session %d step %d: got %q (step %d)", i, j, got, res.Info.Step)
 					}
 				}
@@ -314,7 +315,7 @@ func TestPipelinedRequests(t *testing.T) {
 		}
 		// Requests on one session run in arrival order.
 		sess := sessions[i%2]
-		if want := i/2 + 1; sr.Info.Step != want || sr.Observation.Messages[0].Content != fmt.Sprint(i, "\n") {
+		if want := i/2 + 1; sr.Info.Step != want || sr.Observation.Messages[0].Content != gymtest.Output(fmt.Sprint(i, "\n")) {
 			t.Errorf("request %d: step %d output %q, want step %d", i, sr.Info.Step, sr.Observation.Messages[0].Content, want)
 		}
 		if sr.Info.Step <= lastStep[sess] {

@@ -19,6 +19,7 @@ import (
 	gymclient "github.com/gymserver/gymserver/clients/go"
 	"github.com/gymserver/gymserver/gym"
 	"github.com/gymserver/gymserver/gym/gymtest"
+	"github.com/gymserver/gymserver/internal/waittest"
 	"github.com/gymserver/gymserver/server"
 	"github.com/gymserver/gymserver/server/wire"
 )
@@ -95,7 +96,7 @@ func TestSnapshotAndFork(t *testing.T) {
 		ids[r.SessionID] = true
 		// Each fork sees the snapshot's files and continues its counts.
 		res := act(t, forks[i], cat("x"))
-		if got := res.Observation.Messages[0].Content; got != "1" || res.Info.Step != 2 || res.Info.Actions != 2 {
+		if got := res.Observation.Messages[0].Content; got != gymtest.Output("1") || res.Info.Step != 2 || res.Info.Actions != 2 {
 			t.Errorf("fork %d: cat x = %q at step %d, actions %d; want \"1\" at step 2, actions 2", i, got, res.Info.Step, res.Info.Actions)
 		}
 	}
@@ -143,7 +144,7 @@ func TestSnapshotAndFork(t *testing.T) {
 		t.Errorf("env still holds %v after drop_snapshot", got)
 	}
 	// Sessions forked from a dropped snapshot go on.
-	if got := act(t, f, cat("x")).Observation.Messages[0].Content; got != "1" {
+	if got := act(t, f, cat("x")).Observation.Messages[0].Content; got != gymtest.Output("1") {
 		t.Errorf("fork after drop: cat x = %q", got)
 	}
 	if !strings.Contains(scrape(t, ts), "gymserver_snapshots 0") {
@@ -157,7 +158,7 @@ func TestSnapshotPipelined(t *testing.T) {
 	ts := startServer(t, server.Options{}, nil)
 	rc := dialRaw(t, ts, nil)
 	var r wire.ResetResult
-	if resp := rc.call(wire.Request{ID: 1, Op: wire.OpReset, Env: "mem"}, &r); !resp.OK {
+	if resp := rc.call(wire.Request{ID: 1, Op: wire.OpReset, Env: "mem", Task: "hello"}, &r); !resp.OK {
 		t.Fatalf("reset: %+v", resp.Error)
 	}
 	step := func(id uint64, content string) wire.Request {
@@ -302,10 +303,10 @@ func TestConnectionDropsItsSnapshots(t *testing.T) {
 		t.Fatalf("env holds %d snapshots, want 4", n)
 	}
 	gone.Close()
-	waitFor(t, "the closed connection's snapshots to be dropped", 5*time.Second, func() bool {
+	waittest.For(t, "the closed connection's snapshots to be dropped", 5*time.Second, func() bool {
 		return slices.Equal(ts.env.Snapshots(), []string{kept.ID})
 	})
-	waitFor(t, "the snapshots gauge", 5*time.Second, func() bool { return strings.Contains(scrape(t, ts), "gymserver_snapshots 1\n") })
+	waittest.For(t, "the snapshots gauge", 5*time.Second, func() bool { return strings.Contains(scrape(t, ts), "gymserver_snapshots 1\n") })
 	// A drain drops the rest.
 	if err := ts.stop(); err != nil {
 		t.Fatal(err)

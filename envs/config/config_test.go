@@ -2,8 +2,6 @@ package config_test
 
 import (
 	"encoding/json"
-	"flag"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -11,9 +9,8 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/gymserver/gymserver/envs/config"
+	"github.com/gymserver/gymserver/internal/goldentest"
 )
-
-var update = flag.Bool("update", false, "rewrite the golden files")
 
 // golden compares got with testdata/NAME.golden, rewriting it with -update.
 // Absolute paths of the testdata directory read as $TESTDATA.
@@ -24,20 +21,7 @@ func golden(t *testing.T, name, got string) {
 		t.Fatal(err)
 	}
 	got = strings.ReplaceAll(got, dir, "$TESTDATA")
-	path := filepath.Join("testdata", name+".golden")
-	if *update {
-		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (run with -update to create it)", err)
-	}
-	if diff := cmp.Diff(string(want), got); diff != "" {
-		t.Errorf("%s mismatch (-want +got):\n%s", path, diff)
-	}
+	goldentest.Check(t, filepath.Join("testdata", name+".golden"), []byte(got))
 }
 
 func TestGoodConfigs(t *testing.T) {

@@ -24,6 +24,7 @@ import (
 	"github.com/gymserver/gymserver/envs/docker"
 	"github.com/gymserver/gymserver/envs/docker/dockertest"
 	"github.com/gymserver/gymserver/gym"
+	"github.com/gymserver/gymserver/internal/waittest"
 )
 
 // nonce makes the test's build contexts, and so its images, its own.
@@ -141,20 +142,10 @@ func leftoverContainers(ctx context.Context, cli *client.Client, marker string) 
 // asynchronous.
 func checkNoLeftovers(t *testing.T, cli *client.Client, marker string, within time.Duration) {
 	t.Helper()
-	deadline := time.Now().Add(within)
-	for {
+	waittest.Until(t, "the intermediate containers to go", within, func() (bool, error) {
 		left, err := leftoverContainers(t.Context(), cli, marker)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(left) == 0 {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("intermediate containers left behind: %v", left)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+		return len(left) == 0, err
+	})
 }
 
 func TestBuildCache(t *testing.T) {

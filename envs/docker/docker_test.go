@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"regexp"
 	"sort"
 	"strconv"
 	"testing"
@@ -22,7 +23,11 @@ import (
 	"github.com/gymserver/gymserver/envs/docker"
 	"github.com/gymserver/gymserver/envs/sandbox"
 	"github.com/gymserver/gymserver/envs/sandbox/sandboxtest"
+	"github.com/gymserver/gymserver/gym"
 )
+
+// sessionIDPattern is the form of the session ids sandbox.NewSessionID mints.
+var sessionIDPattern = regexp.MustCompile(`^s-[0-9a-f]{24}$`)
 
 // newProvider returns a provider of the test's own; see dockertest.New.
 func newProvider(t testing.TB) (*docker.Provider, *client.Client) {
@@ -58,7 +63,7 @@ func TestContainerHardening(t *testing.T) {
 		t.Fatal(err)
 	}
 	sb, err := p.Create(ctx, sandbox.Spec{Image: image, WorkDir: "/workspace",
-		Labels:    map[string]string{sandbox.LabelSession: "s-test", sandbox.LabelTask: "t"},
+		Labels:    map[string]string{sandbox.LabelSession: "s-caller", sandbox.LabelTask: "t"},
 		Resources: sandbox.Resources{MemoryBytes: 256 << 20, CPUs: 0.5, PIDs: 100}})
 	if err != nil {
 		t.Fatal(err)
@@ -85,8 +90,10 @@ func TestContainerHardening(t *testing.T) {
 		t.Errorf("user %q", info.Config.User)
 	}
 	l := info.Config.Labels
-	if l[sandbox.LabelOwner] != p.Owner() || l[sandbox.LabelSession] != "s-test" || l[sandbox.LabelTask] != "t" || l[sandbox.LabelLease] == "" {
-		t.Errorf("labels %v", l)
+	// The provider mints the session id; a caller's is not used.
+	if l[sandbox.LabelOwner] != p.Owner() || l[sandbox.LabelSession] != sb.SessionID() || !sessionIDPattern.MatchString(sb.SessionID()) ||
+		l[sandbox.LabelTask] != "t" || l[sandbox.LabelLease] == "" {
+		t.Errorf("labels %v, session id %q", l, sb.SessionID())
 	}
 }
 
@@ -256,5 +263,74 @@ func TestSnapshotImagesRemovedOnClose(t *testing.T) {
 	}
 	if r, err := fork.Exec(ctx, sandbox.ExecRequest{Argv: []string{"id", "-u"}}); err != nil || string(r.Stdout) == "0\n" {
 		t.Errorf("fork runs as %q (%v), want the sandbox user", r.Stdout, err)
+	}
+}
+
+// TestStoppedExecutorBoundsExec stops the executor in a sandbox (SIGSTOP,
+// as root from outside): a command that was running without a timeout
+// and one sent afterwards with a timeout both end, with a sandbox error,
+// within their bounds instead of hanging; Close still removes the sandbox.
+func TestStoppedExecutorBoundsExec(t *testing.T) {
+	p, cli := newProvider(t)
+	const grace, alive = 2 * time.Second, 300 * time.Millisecond
+	docker.SetExecBounds(p, grace, alive)
+	ctx := t.Context()
+	image, err := p.Prepare(ctx, sandbox.ImageSpec{BaseImage: baseimage.Python, WorkDir: "/workspace"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sb, err := p.Create(ctx, sandbox.Spec{Image: image, WorkDir: "/workspace"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sb.Close(context.Background())
+	type result struct {
+		err   error
+		after time.Duration
+	}
+	exec := func(timeout time.Duration) <-chan result {
+		out := make(chan result, 1)
+		start := time.Now()
+		go func() {
+			_, err := sb.Exec(ctx, sandbox.ExecRequest{Argv: []string{"sleep", "1000"}, Timeout: timeout})
+			out <- result{err, time.Since(start)}
+		}()
+		return out
+	}
+	untimed := exec(0)
+	// The command runs (the executor answers pings meanwhile) ...
+	time.Sleep(3 * alive)
+	select {
+	case r := <-untimed:
+		t.Fatalf("a command without a timeout ended while the executor worked: %v", r.err)
+	default:
+	}
+	// ... until the executor stops.
+	stopped, err := dockerExec(ctx, cli, sb.ID(), []string{"/bin/sh", "-c",
+		`for p in /proc/[0-9]*; do case "$(tr '\0' ' ' < $p/cmdline 2>/dev/null)" in "/.gymserver/executor "*"serve "*) kill -STOP ${p#/proc/} && echo $p;; esac; done`})
+	if err != nil || stopped == "" {
+		t.Fatalf("stop the executor: %q %v", stopped, err)
+	}
+	stopAt := time.Now()
+	timed := exec(time.Second)
+	for _, tt := range []struct {
+		name  string
+		res   <-chan result
+		bound time.Duration
+	}{
+		{"without a timeout", untimed, time.Since(stopAt) + alive + grace},
+		{"with a timeout of 1s", timed, time.Second + grace},
+	} {
+		select {
+		case r := <-tt.res:
+			if gym.ClassOf(r.err) != gym.ClassSandbox {
+				t.Errorf("command %s on a stopped executor: %v, want a sandbox error", tt.name, r.err)
+			}
+		case <-time.After(tt.bound + 10*time.Second):
+			t.Fatalf("command %s on a stopped executor still runs after %s", tt.name, time.Since(stopAt))
+		}
+	}
+	if err := sb.Close(ctx); err != nil {
+		t.Errorf("close a sandbox whose executor stopped: %v", err)
 	}
 }

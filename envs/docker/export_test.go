@@ -1,10 +1,22 @@
 package docker
 
-import "github.com/gymserver/gymserver/envs/sandbox"
+import (
+	"time"
+
+	"github.com/gymserver/gymserver/envs/sandbox"
+)
 
 // CutStream closes the executor stream of sb, a sandbox of this package,
 // and nothing else: the container stays, as when the provider's process is
 // killed.
 func CutStream(sb sandbox.Sandbox) {
 	sb.(*Sandbox).conn.Close()
+}
+
+// SetExecBounds shortens p's bounds on executor calls: grace is added to a
+// command's timeout and bounds a ping, alive is how often the executor is
+// pinged while a command without a timeout runs. Call it before p makes
+// sandboxes.
+func SetExecBounds(p *Provider, grace, alive time.Duration) {
+	p.bounds = execBounds{grace: grace, alive: alive}
 }

@@ -25,6 +25,7 @@ import (
 	"github.com/gymserver/gymserver/envs/docker/dockertest"
 	"github.com/gymserver/gymserver/envs/sandbox"
 	"github.com/gymserver/gymserver/envs/sandbox/sandboxtest"
+	"github.com/gymserver/gymserver/internal/waittest"
 )
 
 // cacheTest is a base image of a test's own: the images prepared from it
@@ -203,7 +204,7 @@ func TestImageCacheClock(t *testing.T) {
 		t.Errorf("labels %v", l)
 	}
 	// Make sure the clock can tell the two uses apart.
-	waitUntil(t, "the clock to pass the image's last use", 5*time.Second, func() (bool, error) {
+	waittest.Until(t, "the clock to pass the image's last use", 5*time.Second, func() (bool, error) {
 		return time.Now().After(before.LastUsed.Add(10 * time.Millisecond)), nil
 	})
 	if again := c.prepare(p, "clock"); again != ref {

@@ -27,6 +27,7 @@ import (
 	"github.com/gymserver/gymserver/envs/docker/dockertest"
 	"github.com/gymserver/gymserver/envs/sandbox"
 	"github.com/gymserver/gymserver/envs/sandbox/sandboxtest"
+	"github.com/gymserver/gymserver/internal/waittest"
 )
 
 // labelJanitorTest marks what these tests create, with a value of each
@@ -466,11 +467,11 @@ func TestJanitorAfterSIGKILL(t *testing.T) {
 	}
 	<-waited
 	killed := time.Now()
-	waitUntil(t, "the killed provider's sandbox and snapshot image to go", within, func() (bool, error) {
+	waittest.Until(t, "the killed provider's sandbox and snapshot image to go", within, func() (bool, error) {
 		return !f.exists("container", sandboxID) && !f.exists("image", snapshot), nil
 	})
 	t.Logf("sandbox and snapshot image gone %s after the SIGKILL", time.Since(killed).Round(time.Millisecond))
-	waitUntil(t, "the janitor to log that it is done", within, func() (bool, error) {
+	waittest.Until(t, "the janitor to log that it is done", within, func() (bool, error) {
 		b, err := os.ReadFile(logPath)
 		return err == nil && strings.Contains(string(b), "janitor done"), nil
 	})

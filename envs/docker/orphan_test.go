@@ -17,6 +17,7 @@ import (
 	"github.com/gymserver/gymserver/envs/docker"
 	"github.com/gymserver/gymserver/envs/docker/dockertest"
 	"github.com/gymserver/gymserver/envs/sandbox"
+	"github.com/gymserver/gymserver/internal/waittest"
 )
 
 // testOrphanAfter is the orphan timeout of these tests' providers.
@@ -56,32 +57,6 @@ func containerState(ctx context.Context, cli *client.Client, id string) (exists,
 	return true, info.State != nil && info.State.Running, nil
 }
 
-// waitUntil polls cond every 100 ms until it returns true, failing the test
-// after within.
-func waitUntil(t *testing.T, what string, within time.Duration, cond func() (bool, error)) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	tick := time.NewTicker(100 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		ok, err := cond()
-		if err != nil {
-			t.Fatalf("waiting for %s: %v", what, err)
-		}
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", within, what)
-		}
-		select {
-		case <-t.Context().Done():
-			t.Fatal(t.Context().Err())
-		case <-tick.C:
-		}
-	}
-}
-
 // TestOrphanSandboxGoesWhenStreamCut cuts a sandbox's executor stream, as
 // a SIGKILL of the provider's process would, and checks that the container
 // removes itself within the orphan timeout, and no sooner.
@@ -93,7 +68,7 @@ func TestOrphanSandboxGoesWhenStreamCut(t *testing.T) {
 	}
 	cut := time.Now()
 	docker.CutStream(sb)
-	waitUntil(t, "the orphaned container to go", testOrphanAfter+orphanMargin, func() (bool, error) {
+	waittest.Until(t, "the orphaned container to go", testOrphanAfter+orphanMargin, func() (bool, error) {
 		exists, _, err := containerState(ctx, cli, sb.ID())
 		return !exists, err
 	})
@@ -115,7 +90,7 @@ func TestOrphanAttachedSandboxStays(t *testing.T) {
 	_, cli, sb := orphanSandbox(t)
 	ctx := t.Context()
 	until := time.Now().Add(4 * testOrphanAfter)
-	waitUntil(t, "four orphan timeouts with the sandbox alive", 4*testOrphanAfter+orphanMargin, func() (bool, error) {
+	waittest.Until(t, "four orphan timeouts with the sandbox alive", 4*testOrphanAfter+orphanMargin, func() (bool, error) {
 		exists, running, err := containerState(ctx, cli, sb.ID())
 		if err == nil && !running {
 			err = fmt.Errorf("container exists %v, running %v", exists, running)

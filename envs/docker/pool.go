@@ -2,7 +2,6 @@ package docker
 
 import (
 	"context"
-	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -31,14 +30,6 @@ func poolSpec(spec sandbox.Spec) sandbox.Spec {
 	spec.Labels = labels
 	spec.Files = nil
 	return spec
-}
-
-// newSessionID makes a session id for a pooled sandbox, in the format the
-// environments use.
-func newSessionID() string {
-	var b [12]byte
-	_, _ = rand.Read(b[:])
-	return "s-" + hex.EncodeToString(b[:])
 }
 
 // maxPoolAge is how long a pooled sandbox may wait: well inside its lease,
@@ -106,17 +97,10 @@ func (p *Provider) refill(key string, spec sandbox.Spec) {
 	}
 }
 
-// fill starts one pooled sandbox with a session id of its own.
+// fill starts one pooled sandbox (create mints its session id).
 func (p *Provider) fill(key string, spec sandbox.Spec) {
 	defer p.bg.Done()
-	spec = poolSpec(spec)
-	labels := maps.Clone(spec.Labels)
-	if labels == nil {
-		labels = map[string]string{}
-	}
-	labels[sandbox.LabelSession] = newSessionID()
-	spec.Labels = labels
-	s, err := p.create(p.bgCtx, spec)
+	s, err := p.create(p.bgCtx, poolSpec(spec))
 	p.mu.Lock()
 	p.filling[key]--
 	if err == nil && !p.closed {

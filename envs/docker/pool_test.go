@@ -2,6 +2,7 @@ package docker_test
 
 import (
 	"context"
+	"fmt"
 	"sort"
 	"testing"
 	"time"
@@ -16,6 +17,7 @@ import (
 	"github.com/gymserver/gymserver/envs/docker/dockertest"
 	"github.com/gymserver/gymserver/envs/sandbox"
 	"github.com/gymserver/gymserver/envs/sandbox/sandboxtest"
+	"github.com/gymserver/gymserver/internal/waittest"
 )
 
 // TestConformancePooled runs the conformance suite on a provider with a
@@ -55,36 +57,42 @@ func TestWarmPool(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	spec := func(session string) sandbox.Spec {
+	spec := func(task string) sandbox.Spec {
 		return sandbox.Spec{Image: image, WorkDir: "/workspace",
-			Labels: map[string]string{sandbox.LabelSession: session, sandbox.LabelTask: "pooltest"}}
+			Labels: map[string]string{sandbox.LabelTask: task}}
+	}
+	// checkSession checks that sb's session id is a fresh one, on its label.
+	seen := map[string]bool{}
+	checkSession := func(name string, sb sandbox.Sandbox) {
+		t.Helper()
+		id := sb.SessionID()
+		info, err := cli.ContainerInspect(ctx, sb.ID())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !sessionIDPattern.MatchString(id) || seen[id] || info.Config.Labels[sandbox.LabelSession] != id {
+			t.Errorf("%s sandbox: session id %q (seen before: %v), label %q", name, id, seen[id], info.Config.Labels[sandbox.LabelSession])
+		}
+		seen[id] = true
 	}
 	// The first create starts a container now and the pool fills behind it.
-	first, err := p.Create(ctx, spec("s-first"))
+	first, err := p.Create(ctx, spec("first"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := first.(sandbox.Named).SessionID(); got != "s-first" {
-		t.Errorf("cold sandbox session id %q, want s-first", got)
-	}
+	checkSession("cold", first)
 	waitPooled(t, p, spec("any"), 1)
 	if n := len(ownContainers(t, cli, p)); n != 2 {
 		t.Errorf("%d containers, want the session's and one pooled", n)
 	}
 
-	// The second create takes the pooled one: its label is its session id.
-	second, err := p.Create(ctx, spec("s-second"))
+	// The second create takes the pooled one, labelled with its session id
+	// when it was made.
+	second, err := p.Create(ctx, spec("second"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	id := second.(sandbox.Named).SessionID()
-	info, err := cli.ContainerInspect(ctx, second.ID())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if id == "s-second" || id == "" || info.Config.Labels[sandbox.LabelSession] != id {
-		t.Errorf("pooled sandbox: session id %q, label %q", id, info.Config.Labels[sandbox.LabelSession])
-	}
+	checkSession("pooled", second)
 	if r, err := second.Exec(ctx, sandbox.ExecRequest{Argv: []string{"echo", "pooled"}}); err != nil || string(r.Stdout) != "pooled\n" {
 		t.Fatalf("exec in pooled sandbox: %+v %v", r, err)
 	}
@@ -100,15 +108,14 @@ func TestWarmPool(t *testing.T) {
 	if err := cli.ContainerKill(ctx, pooled, "KILL"); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	waittest.Until(t, "the killed pooled container to stop", 30*time.Second, func() (bool, error) {
 		info, err := cli.ContainerInspect(ctx, pooled)
-		if err != nil || !info.State.Running || time.Now().After(deadline) {
-			break
+		if errdefs.IsNotFound(err) {
+			return true, nil
 		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	third, err := p.Create(ctx, spec("s-third"))
+		return err == nil && !info.State.Running, err
+	})
+	third, err := p.Create(ctx, spec("third"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -178,11 +185,5 @@ func BenchmarkCreate(b *testing.B) {
 // waitPooled waits until the provider holds n idle pooled sandboxes.
 func waitPooled(tb testing.TB, p *docker.Provider, spec sandbox.Spec, n int) {
 	tb.Helper()
-	deadline := time.Now().Add(time.Minute)
-	for p.Pooled(spec) < n {
-		if time.Now().After(deadline) {
-			tb.Fatalf("the pool holds %d sandboxes, want %d", p.Pooled(spec), n)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	waittest.For(tb, fmt.Sprintf("the pool to hold %d sandboxes", n), time.Minute, func() bool { return p.Pooled(spec) >= n })
 }

@@ -148,6 +148,18 @@ type Provider struct {
 
 	// janitor is the process started for Options.Janitor, or nil.
 	janitor *janitor
+
+	// bounds are the bounds on executor calls (see execGrace).
+	bounds execBounds
+}
+
+// execBounds are the bounds on executor calls that tests shorten.
+type execBounds struct {
+	// grace is added to a command's timeout, and bounds a ping.
+	grace time.Duration
+	// alive is how often the executor is pinged while a command without
+	// a timeout runs.
+	alive time.Duration
 }
 
 var _ sandbox.Provider = (*Provider)(nil)
@@ -176,6 +188,7 @@ func New(ctx context.Context, opts Options) (*Provider, error) {
 		filling:   map[string]int{},
 		snapshots: map[string]bool{},
 		dropped:   map[string]bool{},
+		bounds:    execBounds{grace: execGrace, alive: aliveEvery},
 	}
 	p.bgCtx, p.bgCancel = context.WithCancel(context.Background())
 	if p.log == nil {

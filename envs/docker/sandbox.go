@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"maps"
 	"path"
 	"sort"
 	"strings"
@@ -29,7 +30,8 @@ const pingTimeout = 20 * time.Second
 type Sandbox struct {
 	p  *Provider
 	id string
-	// session is the container's gymserver.session label.
+	// session is the id of its session, minted at its start and on its
+	// gymserver.session label.
 	session string
 	// made is when the container started.
 	made time.Time
@@ -45,9 +47,8 @@ type Sandbox struct {
 var _ sandbox.Sandbox = (*Sandbox)(nil)
 
 // Create returns a sandbox for spec: a ready one from the warm pool when
-// Options.WarmPool is set and one is waiting (its session id is then its
-// own; see SessionID), else a container started now. On failure nothing is
-// left behind.
+// Options.WarmPool is set and one is waiting, else a container started
+// now. On failure nothing is left behind.
 func (p *Provider) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sandbox, error) {
 	if p.opts.WarmPool <= 0 || p.isSnapshot(spec.Image) {
 		// Forks of a snapshot are one-offs: no pool for them.
@@ -149,6 +150,14 @@ func (p *Provider) create(ctx context.Context, spec sandbox.Spec) (_ *Sandbox, e
 		workdir = "/"
 	}
 	init := true
+	// The session's id is minted here, for a pooled sandbox too: labels
+	// cannot change once the container exists.
+	session := sandbox.NewSessionID()
+	labels := maps.Clone(spec.Labels)
+	if labels == nil {
+		labels = map[string]string{}
+	}
+	labels[sandbox.LabelSession] = session
 	// The container's init and main process and the executor run as root
 	// with the few capabilities the executor needs to act as the agent and
 	// to stop it; the agent's commands run as sandboxUser with none (see
@@ -159,7 +168,7 @@ func (p *Provider) create(ctx context.Context, spec sandbox.Spec) (_ *Sandbox, e
 		User:       machineUser,
 		Env:        envList(spec.Env),
 		WorkingDir: workdir,
-		Labels:     p.labels(spec.Labels),
+		Labels:     p.labels(labels),
 	}
 	host := &container.HostConfig{
 		NetworkMode: container.NetworkMode(network),
@@ -185,7 +194,7 @@ func (p *Provider) create(ctx context.Context, spec sandbox.Spec) (_ *Sandbox, e
 	if err != nil {
 		return nil, gym.Classify(fmt.Errorf("docker: create container from %s: %w", spec.Image, err), gym.ClassSandbox)
 	}
-	s := &Sandbox{p: p, id: created.ID, session: spec.Labels[sandbox.LabelSession], made: time.Now()}
+	s := &Sandbox{p: p, id: created.ID, session: session, made: time.Now()}
 	defer func() {
 		if err != nil {
 			s.Close(context.WithoutCancel(ctx))
@@ -268,12 +277,10 @@ func (w hijackWriter) Close() error {
 // ID is the container id.
 func (s *Sandbox) ID() string { return s.id }
 
-// SessionID is the container's gymserver.session label: the id the caller
-// asked for, or, for a sandbox from the warm pool, the id it was started
-// with. The environment uses it as the session's id.
+// SessionID is the id of the sandbox's session, minted when the container
+// was made (before the session, for a sandbox of the warm pool) and on its
+// gymserver.session label.
 func (s *Sandbox) SessionID() string { return s.session }
-
-var _ sandbox.Named = (*Sandbox)(nil)
 
 // diagnose adds what the engine knows about the container to an executor
 // failure, so that "stream closed" reads as "container was OOM-killed".
@@ -305,12 +312,18 @@ func (s *Sandbox) diagnose(err error) error {
 // Bounds on executor calls. The agent cannot stop or starve the executor
 // (it runs as another user), so an executor that does not answer in time
 // is an infrastructure failure, reported as one instead of hanging the
-// episode.
+// episode. Every call is bounded: a command by its timeout plus
+// execGrace, a command without a timeout by checks that the executor
+// still answers (aliveEvery, each within execGrace), anything else by
+// opBound.
 const (
 	// execGrace is added to a command's own timeout.
 	execGrace = 15 * time.Second
 	// opBound bounds file operations and KillAll.
 	opBound = 60 * time.Second
+	// aliveEvery is how often the executor is pinged while a command
+	// without a timeout runs.
+	aliveEvery = 30 * time.Second
 )
 
 // bounded runs call under a deadline of d (none when d is 0) and turns an
@@ -331,16 +344,64 @@ func (s *Sandbox) bounded(ctx context.Context, what string, d time.Duration, cal
 // Exec runs a command through the executor, as the sandbox user.
 func (s *Sandbox) Exec(ctx context.Context, req sandbox.ExecRequest) (r sandbox.ExecResult, err error) {
 	var bound time.Duration
-	if req.Timeout > 0 && !req.Background {
-		bound = req.Timeout + execGrace
-	} else if req.Background {
+	switch {
+	case req.Background:
 		bound = opBound
+	case req.Timeout > 0:
+		bound = req.Timeout + s.p.bounds.grace
+	default:
+		return s.execWatched(ctx, req)
 	}
 	err = s.bounded(ctx, "exec", bound, func(ctx context.Context) (err error) {
 		r, err = s.exec.Exec(ctx, req)
 		return err
 	})
 	return r, err
+}
+
+// execWatched runs a command without a timeout, which may run as long as
+// ctx allows: meanwhile a watcher pings the executor, and a ping without
+// an answer in time ends the call with a sandbox error.
+func (s *Sandbox) execWatched(ctx context.Context, req sandbox.ExecRequest) (sandbox.ExecResult, error) {
+	wctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	watched := make(chan struct{})
+	go func() {
+		defer close(watched)
+		s.watch(wctx, cancel)
+	}()
+	r, err := s.exec.Exec(wctx, req)
+	cancel(nil)
+	<-watched
+	if cause := context.Cause(wctx); err != nil && ctx.Err() == nil && gym.ClassOf(cause) == gym.ClassSandbox {
+		err = cause
+	}
+	return r, s.diagnose(err)
+}
+
+// watch pings the executor every bounds.alive until ctx ends; a ping
+// without an answer within bounds.grace cancels ctx with a sandbox error.
+func (s *Sandbox) watch(ctx context.Context, cancel context.CancelCauseFunc) {
+	b := s.p.bounds
+	tick := time.NewTicker(b.alive)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		pctx, stop := context.WithTimeout(ctx, b.grace)
+		err := s.exec.Ping(pctx)
+		stop()
+		if err != nil && ctx.Err() == nil {
+			if errors.Is(err, context.DeadlineExceeded) {
+				err = fmt.Errorf("it did not answer within %s", b.grace)
+			}
+			cancel(gym.Errorf(gym.ClassSandbox, "docker: exec: the executor in %s failed while the command ran: %v", shortID(s.id), err))
+			return
+		}
+	}
 }
 
 // WriteFile writes a file as the sandbox user.

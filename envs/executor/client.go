@@ -19,12 +19,19 @@ import (
 // use: requests are pipelined, each with an id, and answered out of order.
 // When the stream breaks, every pending and later call fails with an error
 // wrapping gym.ErrSandbox.
+//
+// Every call returns when its context ends, also when the executor has
+// stopped reading its stream: one writer goroutine writes the frames, and
+// a call hands its frame over or gives up with its context. A frame the
+// executor never reads holds only the writer, until Close. The client
+// owns its goroutines (the reader, the writer and the cancellations of
+// abandoned commands); Close waits for all of them.
 type Client struct {
 	r io.Reader
 	w io.WriteCloser
-
-	// wmu serialises frame writes.
-	wmu sync.Mutex
+	// writes carries frames to the writer goroutine, which alone writes
+	// to w.
+	writes chan []byte
 
 	// mu guards the fields below.
 	mu      sync.Mutex
@@ -32,22 +39,46 @@ type Client struct {
 	pending map[uint64]chan response
 	err     error
 
-	done     chan struct{}
-	readDone chan struct{}
+	done      chan struct{}
+	readDone  chan struct{}
+	writeDone chan struct{}
+	// cancels counts the cancellations in flight; one is added under mu
+	// only while err is nil, so Close's Wait, after fail, sees them all.
+	cancels sync.WaitGroup
 }
 
 // NewClient starts a client reading responses from r and writing requests
 // to w. Close closes w (and r, when it is an io.Closer).
 func NewClient(r io.Reader, w io.WriteCloser) *Client {
 	c := &Client{
-		r:        r,
-		w:        w,
-		pending:  map[uint64]chan response{},
-		done:     make(chan struct{}),
-		readDone: make(chan struct{}),
+		r:         r,
+		w:         w,
+		writes:    make(chan []byte),
+		pending:   map[uint64]chan response{},
+		done:      make(chan struct{}),
+		readDone:  make(chan struct{}),
+		writeDone: make(chan struct{}),
 	}
 	go c.readLoop()
+	go c.writeLoop()
 	return c
+}
+
+// writeLoop writes the frames calls hand over until the stream ends. A
+// write the executor does not read blocks it until Close closes w.
+func (c *Client) writeLoop() {
+	defer close(c.writeDone)
+	for {
+		select {
+		case frame := <-c.writes:
+			if _, err := c.w.Write(frame); err != nil {
+				c.fail(fmt.Errorf("write: %w", err))
+				return
+			}
+		case <-c.done:
+			return
+		}
+	}
 }
 
 func (c *Client) readLoop() {
@@ -97,19 +128,21 @@ func (c *Client) Err() error {
 	return c.err
 }
 
-// Close closes the stream and waits for the reader to stop. Pending and
-// later calls fail with gym.ErrSandbox.
+// Close closes the stream and waits for the client's goroutines to stop.
+// Pending and later calls fail with gym.ErrSandbox.
 func (c *Client) Close() error {
 	c.fail(errors.New("client closed"))
-	err := c.w.Close()
+	err := c.w.Close() // unblocks a write the executor does not read
 	if rc, ok := c.r.(io.Closer); ok {
 		rc.Close()
 	}
 	<-c.readDone
+	<-c.writeDone
+	c.cancels.Wait()
 	return err
 }
 
-// call sends req and waits for its response.
+// call sends req and waits for its response, or until ctx ends.
 func (c *Client) call(ctx context.Context, req request) (response, error) {
 	ch := make(chan response, 1)
 	c.mu.Lock()
@@ -128,11 +161,13 @@ func (c *Client) call(ctx context.Context, req request) (response, error) {
 		c.forget(req.ID)
 		return response{}, gym.Classify(fmt.Errorf("executor: %s request: %w", req.Op, err), gym.ClassInvalidArgument)
 	}
-	c.wmu.Lock()
-	_, err = c.w.Write(frame)
-	c.wmu.Unlock()
-	if err != nil {
-		c.fail(fmt.Errorf("write: %w", err))
+	select {
+	case c.writes <- frame:
+	case <-ctx.Done():
+		// Never sent: nothing to cancel.
+		c.forget(req.ID)
+		return response{}, ctx.Err()
+	case <-c.done:
 		return response{}, c.Err()
 	}
 	select {
@@ -145,7 +180,7 @@ func (c *Client) call(ctx context.Context, req request) (response, error) {
 		c.forget(req.ID)
 		if req.Op == opExec {
 			// Stop the command in the sandbox too; nobody waits for it.
-			go c.cancel(req.ID)
+			c.cancelLater(req.ID)
 		}
 		return response{}, ctx.Err()
 	}
@@ -157,11 +192,24 @@ func (c *Client) forget(id uint64) {
 	c.mu.Unlock()
 }
 
-// cancel asks the executor to kill the command of request id.
-func (c *Client) cancel(id uint64) {
-	ctx, stop := context.WithTimeout(context.Background(), 5*time.Second)
-	defer stop()
-	_, _ = c.call(ctx, request{Op: opCancel, Target: id})
+// cancelTimeout bounds a cancellation request.
+const cancelTimeout = 5 * time.Second
+
+// cancelLater asks the executor, in the background, to kill the command
+// of request id; Close waits for the request.
+func (c *Client) cancelLater(id uint64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.err != nil {
+		return // the stream is gone, and the command with it
+	}
+	c.cancels.Add(1)
+	go func() {
+		defer c.cancels.Done()
+		ctx, stop := context.WithTimeout(context.Background(), cancelTimeout)
+		defer stop()
+		_, _ = c.call(ctx, request{Op: opCancel, Target: id})
+	}()
 }
 
 // respErr rebuilds the error of a response.

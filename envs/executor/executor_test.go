@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -52,6 +53,13 @@ func gymexecBinary(t testing.TB) string {
 // --container: it would kill host processes) and returns a client.
 func subprocess(t testing.TB) (*executor.Client, string) {
 	t.Helper()
+	c, _, work := startExecutor(t)
+	return c, work
+}
+
+// startExecutor is subprocess that also returns the executor's process.
+func startExecutor(t testing.TB) (*executor.Client, *exec.Cmd, string) {
+	t.Helper()
 	binPath := gymexecBinary(t)
 	work := t.TempDir()
 	cmd := exec.Command(binPath, "serve", "--workdir", work)
@@ -64,9 +72,10 @@ func subprocess(t testing.TB) (*executor.Client, string) {
 	c := executor.NewClient(stdout, stdin)
 	t.Cleanup(func() {
 		c.Close()
+		cmd.Process.Kill()
 		cmd.Wait()
 	})
-	return c, work
+	return c, cmd, work
 }
 
 func alive(pid int) bool {
@@ -295,6 +304,69 @@ func TestContextCancelStopsCommand(t *testing.T) {
 	b, _ := os.ReadFile(pidfile)
 	pid, _ := strconv.Atoi(strings.TrimSpace(string(b)))
 	waitGone(t, []int{pid})
+}
+
+// TestStoppedExecutorDoesNotHangCalls stops the executor (SIGSTOP): it
+// neither reads requests nor answers. Every call still returns when its
+// context ends, also one whose request does not fit in the pipe, and the
+// calls after it; Close returns and ends the client's goroutines.
+func TestStoppedExecutorDoesNotHangCalls(t *testing.T) {
+	c, cmd, _ := startExecutor(t)
+	if err := c.Ping(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	big := bytes.Repeat([]byte("x"), 4<<20) // far more than a pipe holds
+	calls := []struct {
+		name string
+		call func(ctx context.Context) error
+	}{
+		{"exec", func(ctx context.Context) error {
+			_, err := c.Exec(ctx, sandbox.ExecRequest{Argv: []string{"true"}})
+			return err
+		}},
+		{"big write", func(ctx context.Context) error { return c.WriteFile(ctx, "big", big, 0o644) }},
+		{"ping", c.Ping},
+		{"exec after the big write", func(ctx context.Context) error {
+			_, err := c.Exec(ctx, sandbox.ExecRequest{Argv: []string{"true"}})
+			return err
+		}},
+		{"kill all", c.KillAll},
+	}
+	for _, tt := range calls {
+		ctx, cancel := context.WithTimeout(t.Context(), 200*time.Millisecond)
+		errc := make(chan error, 1)
+		go func() { errc <- tt.call(ctx) }()
+		select {
+		case err := <-errc:
+			if !errors.Is(err, context.DeadlineExceeded) {
+				t.Errorf("%s on a stopped executor: %v, want its context's deadline", tt.name, err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%s on a stopped executor ignores its context", tt.name)
+		}
+		cancel()
+	}
+	closed := make(chan struct{})
+	start := time.Now()
+	go func() {
+		c.Close()
+		close(closed)
+	}()
+	select {
+	case <-closed:
+		// Close does not wait out the abandoned exec's cancellation.
+		if d := time.Since(start); d > 3*time.Second {
+			t.Errorf("close took %s", d)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Close hangs on a stopped executor")
+	}
+	if err := c.Ping(t.Context()); gym.ClassOf(err) != gym.ClassSandbox {
+		t.Errorf("ping after close: %v, want a sandbox error", err)
+	}
 }
 
 // brokenPipe is a stream whose reads return garbage or end.

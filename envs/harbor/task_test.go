@@ -1,8 +1,6 @@
 package harbor_test
 
 import (
-	"flag"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -11,9 +9,8 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/gymserver/gymserver/envs/harbor"
+	"github.com/gymserver/gymserver/internal/goldentest"
 )
-
-var update = flag.Bool("update", false, "rewrite the golden files")
 
 func abs(t *testing.T, p string) string {
 	t.Helper()
@@ -118,28 +115,8 @@ func TestLoadErrors(t *testing.T) {
 				t.Fatalf("loaded %d tasks, want an error", len(tasks))
 			}
 			got := strings.ReplaceAll(err.Error(), root, "") + "\n"
-			golden(t, filepath.Join("testdata/errors", name+".golden"), got)
+			goldentest.Check(t, filepath.Join("testdata/errors", name+".golden"), []byte(got))
 		})
-	}
-}
-
-func golden(t *testing.T, path, got string) {
-	t.Helper()
-	if *update {
-		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (run with -update to create it)", err)
-	}
-	if diff := cmp.Diff(string(want), got); diff != "" {
-		t.Errorf("%s mismatch (-want +got):\n%s", path, diff)
 	}
 }
 

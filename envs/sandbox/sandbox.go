@@ -5,6 +5,8 @@ package sandbox
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"io/fs"
 	"time"
@@ -26,6 +28,11 @@ import (
 type Sandbox interface {
 	// ID is the sandbox's id (the container id for Docker).
 	ID() string
+	// SessionID is the id of the session the sandbox serves, which the
+	// environment names its session with. The provider mints it
+	// (NewSessionID) when it starts the sandbox, and a Docker sandbox
+	// carries it as its gymserver.session label.
+	SessionID() string
 	// Exec runs one command. A non-zero exit, a timeout or an out-of-memory
 	// kill is reported in ExecResult, not as an error.
 	Exec(ctx context.Context, req ExecRequest) (ExecResult, error)
@@ -55,12 +62,17 @@ type Sandbox interface {
 	Close(ctx context.Context) error
 }
 
-// Named is implemented by sandboxes that carry a session id of their own:
-// a provider with a warm pool starts containers, labelled with a session id,
-// before the session exists. The environment uses SessionID, when it is not
-// empty, as the session's id so that the label and the id agree.
-type Named interface {
-	SessionID() string
+// NewSessionID returns a new session id: "s-" and 24 random hex digits.
+//
+// Session ids have one owner: the provider that starts a sandbox mints its
+// session's id with NewSessionID, and the environment takes it from
+// Sandbox.SessionID; nothing else mints them. It is the provider's because
+// a warm pool starts sandboxes, labelled with their session's id, before
+// the sessions exist, and a container's labels cannot change later.
+func NewSessionID() string {
+	var b [12]byte
+	_, _ = rand.Read(b[:]) // crypto/rand never fails on Linux
+	return "s-" + hex.EncodeToString(b[:])
 }
 
 // Committer is implemented by sandboxes whose files can be saved as an
@@ -141,7 +153,8 @@ type Spec struct {
 	WorkDir string
 	Env     map[string]string
 	// Labels are added to the container's labels (keys like
-	// "gymserver.session" and "gymserver.task").
+	// "gymserver.task"); the provider sets "gymserver.session" itself (see
+	// NewSessionID).
 	Labels    map[string]string
 	Resources Resources
 	// Network is "none" (the default) or a Docker network name.

@@ -2,7 +2,6 @@ package testresult_test
 
 import (
 	"encoding/json"
-	"flag"
 	"os"
 	"path/filepath"
 	"strings"
@@ -12,9 +11,8 @@ import (
 
 	"github.com/gymserver/gymserver/envs/testresult"
 	"github.com/gymserver/gymserver/gym"
+	"github.com/gymserver/gymserver/internal/goldentest"
 )
-
-var update = flag.Bool("update", false, "rewrite the golden files")
 
 // render is the golden form of a parse: the cases, the counts and the error.
 func render(t *testing.T, cases []gym.TestCase, err error) string {
@@ -35,23 +33,6 @@ func render(t *testing.T, cases []gym.TestCase, err error) string {
 	return string(b) + "\n"
 }
 
-func golden(t *testing.T, path, got string) {
-	t.Helper()
-	if *update {
-		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (run with -update to create it)", err)
-	}
-	if diff := cmp.Diff(string(want), got); diff != "" {
-		t.Errorf("%s mismatch (-want +got):\n%s", path, diff)
-	}
-}
-
 func TestParseJUnitGolden(t *testing.T) {
 	files, _ := filepath.Glob("testdata/*.xml")
 	if len(files) < 4 {
@@ -64,7 +45,7 @@ func TestParseJUnitGolden(t *testing.T) {
 				t.Fatal(err)
 			}
 			cases, err := testresult.ParseJUnit(data)
-			golden(t, strings.TrimSuffix(f, ".xml")+".junit.golden", render(t, cases, err))
+			goldentest.Check(t, strings.TrimSuffix(f, ".xml")+".junit.golden", []byte(render(t, cases, err)))
 		})
 	}
 }
@@ -80,7 +61,7 @@ func TestParsePytestGolden(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			golden(t, strings.TrimSuffix(f, ".txt")+".pytest.golden", render(t, testresult.ParsePytest(string(data)), nil))
+			goldentest.Check(t, strings.TrimSuffix(f, ".txt")+".pytest.golden", []byte(render(t, testresult.ParsePytest(string(data)), nil)))
 		})
 	}
 }
@@ -138,7 +119,7 @@ func TestParseCTRFGolden(t *testing.T) {
 				t.Fatal(err)
 			}
 			cases, err := testresult.ParseCTRF(data)
-			golden(t, strings.TrimSuffix(f, ".json")+".ctrf.golden", render(t, cases, err))
+			goldentest.Check(t, strings.TrimSuffix(f, ".json")+".ctrf.golden", []byte(render(t, cases, err)))
 		})
 	}
 }

@@ -1,11 +1,13 @@
 // Package gymtest provides an in-memory gym.Env for tests of the layers
 // above the environments (server, clients, policy drivers).
 //
-// Its sessions keep files in a map and understand a handful of commands
-// (echo, cat, true, false, sleep, and crash, which fails like a dead
-// sandbox), so an episode runs in microseconds and needs no Docker.
-// Sessions can be saved (gym.Snapshotter) and the environment forks them
-// (gym.Forker): a fork gets a copy of the files and continues the counts
-// and the clock.
+// It is not a second implementation of an episode: an Env is the real
+// episode logic (envs.TaskEnv: tools, limits, parsing, evaluation,
+// snapshots) over the in-memory sandbox of envs/sandbox/sandboxtest, so
+// what the layers above see is what they get from a Docker-backed
+// environment, in microseconds and without Docker. Only the sandbox is
+// pretend: its commands are a tiny shell (see Env) and its files live in a
+// map. The package sits under gym because the layers above know gym, not
+// envs; it imports envs, which production code under gym never does.
 // Production code never imports this package.
 package gymtest

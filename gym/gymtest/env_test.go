@@ -3,219 +3,193 @@ package gymtest_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/gymserver/gymserver/envs"
 	"github.com/gymserver/gymserver/gym"
 	"github.com/gymserver/gymserver/gym/gymtest"
 )
 
+// These tests cover what gymtest adds to the episode logic: the tiny
+// shell, the tasks' tests, the hooks and the counts. The episode logic
+// itself is envs', tested in envs on the same in-memory sandbox and on
+// Docker.
+
 func newEnv() *gymtest.Env {
 	return gymtest.NewEnv("mem",
-		gymtest.Task{ID: "t1", Prompt: "write hello", Expect: map[string]string{"a.txt": "hello", "b.txt": "world"}},
+		gymtest.Task{ID: "t1", Prompt: "write hello", Expect: map[string]string{"a.txt": "hello", "b.txt": "it's \"quoted\"\n"}},
 		gymtest.Task{ID: "t2", Prompt: "nothing"},
 	)
 }
 
 func call(id, name, args string) gym.ToolCall { return gym.NewToolCall(id, name, args) }
 
-func TestEpisode(t *testing.T) {
-	env := newEnv()
-	ctx := t.Context()
-	s, r, err := env.Reset(ctx, gym.ResetRequest{})
+func reset(t *testing.T, env *gymtest.Env, task string) gym.Session {
+	t.Helper()
+	s, r, err := env.Reset(t.Context(), gym.ResetRequest{Task: task})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r.TaskID != "t1" || r.SessionID != s.ID() || len(r.Messages) != 2 || len(r.Tools) != 4 {
+	if r.SessionID != s.ID() || r.TaskID != task || r.SystemPrompt != gymtest.SystemPrompt {
 		t.Fatalf("reset = %+v", r)
 	}
-	res, err := s.Step(ctx, gym.Action{ToolCalls: []gym.ToolCall{
-		call("c1", gym.ToolWriteFile, `{"filepath":"a.txt","content":"hello"}`),
-		call("c2", gym.ToolExecuteCommand, `{"command":"cat a.txt"}`),
-		call("", gym.ToolExecuteCommand, `{"command":"nosuch"}`),
-		call("c4", "fly", `{}`),
-		call("c5", gym.ToolReadFile, `{"filepath":`),
-	}})
+	t.Cleanup(func() { s.Close(context.Background()) })
+	return s
+}
+
+func step(t *testing.T, s gym.Session, calls ...gym.ToolCall) gym.StepResult {
+	t.Helper()
+	res, err := s.Step(t.Context(), gym.Action{ToolCalls: calls})
 	if err != nil {
 		t.Fatal(err)
 	}
-	var ids, contents []string
-	var classes []gym.ErrorClass
+	return res
+}
+
+func TestEpisodeScoresExpect(t *testing.T) {
+	env := newEnv()
+	s := reset(t, env, "t1")
+	res := step(t, s,
+		call("w", gym.ToolWriteFile, `{"filepath":"a.txt","content":"hello"}`),
+		call("c", gym.ToolExecuteCommand, `{"command":"cat a.txt"}`),
+		call("n", gym.ToolExecuteCommand, `{"command":"nosuch"}`),
+	)
+	var got []string
 	var codes []int
 	for i, m := range res.Observation.Messages {
-		ids = append(ids, m.ToolCallID)
-		contents = append(contents, m.Content)
-		classes = append(classes, res.Info.Calls[i].ErrorClass)
+		got = append(got, m.Content)
 		codes = append(codes, res.Info.Calls[i].ExitCode)
 	}
-	if d := cmp.Diff([]string{"c1", "c2", "call_1_2", "c4", "c5"}, ids); d != "" {
-		t.Errorf("call ids (-want +got):\n%s", d)
+	want := []string{"Wrote 5 bytes to /workspace/a.txt.", gymtest.Output("hello"), "Exit code: 127\nstderr:\nsh: nosuch: command not found"}
+	if d := cmp.Diff(want, got); d != "" {
+		t.Errorf("observations (-want +got):\n%s", d)
 	}
-	if contents[1] != "hello" || contents[2] != "sh: nosuch: command not found\n" {
-		t.Errorf("contents = %q", contents)
-	}
-	if d := cmp.Diff([]gym.ErrorClass{"", "", "", gym.ClassAgent, gym.ClassAgent}, classes); d != "" {
-		t.Errorf("classes (-want +got):\n%s", d)
-	}
-	if d := cmp.Diff([]int{-1, 0, 127, -1, -1}, codes); d != "" {
+	if d := cmp.Diff([]int{0, 0, 127}, codes); d != "" {
 		t.Errorf("exit codes (-want +got):\n%s", d)
 	}
-	if res.Done() || res.Info.Actions != 5 {
-		t.Errorf("step = %+v", res)
+	res = step(t, s, call("d", gym.ToolMarkDone, `{}`))
+	ev := res.Info.Evaluation
+	if !res.Terminated || res.Reward != 0.5 || ev == nil || ev.Total != 2 || ev.Passed != 1 || ev.Mask {
+		t.Fatalf("final step = %+v, evaluation %+v", res, ev)
 	}
-	res, err = s.Step(ctx, gym.Action{ToolCalls: []gym.ToolCall{call("d", gym.ToolMarkDone, `{}`)}})
-	if err != nil {
-		t.Fatal(err)
+	// Closing an ended episode keeps its reason and evaluation; closing a
+	// running one says closed, unevaluated (PROTOCOL.md §4.6).
+	if fin, err := s.Close(t.Context()); err != nil || fin.TerminationReason != gym.ReasonCompleted || fin.Evaluation == nil || fin.Evaluation.Reward != 0.5 {
+		t.Errorf("close after the end: %+v %v", fin, err)
 	}
-	if !res.Terminated || res.Reward != 0.5 || res.Info.TerminationReason != gym.ReasonCompleted || !res.Info.AgentDone {
-		t.Errorf("final step = %+v", res)
+	running := reset(t, env, "t1")
+	if fin, err := running.Close(t.Context()); err != nil || fin.TerminationReason != gym.ReasonClosed || fin.Evaluation != nil {
+		t.Errorf("close while running: %+v %v", fin, err)
 	}
-	if _, err := s.Step(ctx, gym.Action{}); !errors.Is(err, gym.ErrEpisodeDone) {
-		t.Errorf("step after end: %v, want ErrEpisodeDone", err)
+	// The test of a file written with quotes and a newline passes too.
+	s = reset(t, env, "t1")
+	step(t, s, call("a", gym.ToolWriteFile, `{"filepath":"a.txt","content":"hello"}`),
+		call("b", gym.ToolWriteFile, `{"filepath":"b.txt","content":"it's \"quoted\"\n"}`))
+	if res := step(t, s, call("d", gym.ToolMarkDone, `{}`)); res.Reward != 1 || !res.Info.Evaluation.Success {
+		t.Errorf("solved: reward %v, evaluation %+v", res.Reward, res.Info.Evaluation)
 	}
-	ev1, err1 := s.Evaluate(ctx)
-	ev2, err2 := s.Evaluate(ctx)
-	if err1 != nil || err2 != nil || ev1.Reward != 0.5 || !cmp.Equal(ev1, ev2) {
-		t.Errorf("evaluate twice: %v %v %+v %+v", err1, err2, ev1, ev2)
-	}
-	r1, err1 := s.Close(ctx)
-	r2, err2 := s.Close(ctx)
-	if err1 != nil || err2 != nil || !cmp.Equal(r1, r2) || r1.Evaluation == nil || r1.TerminationReason != gym.ReasonCompleted {
-		t.Errorf("close twice: %v %v %+v %+v", err1, err2, r1, r2)
-	}
-	if got := env.OpenSessions(); len(got) != 0 {
-		t.Errorf("open sessions after close: %v", got)
+	// A task without Expect has one test, which passes.
+	s = reset(t, env, "t2")
+	if res := step(t, s, call("d", gym.ToolMarkDone, `{}`)); res.Reward != 1 || res.Info.Evaluation.Total != 1 {
+		t.Errorf("task without Expect: reward %v, evaluation %+v", res.Reward, res.Info.Evaluation)
 	}
 }
 
+func TestShell(t *testing.T) {
+	s := reset(t, newEnv(), "t2")
+	for _, tt := range []struct {
+		command, want string
+		code          int
+	}{
+		{`echo  a   'b  c' "d \"e\"" f\ g`, gymtest.Output("a b  c d \"e\" f g\n"), 0},
+		{`true`, gymtest.Output(""), 0},
+		{`false`, "Exit code: 1", 1},
+		{`sleep 0.01`, gymtest.Output(""), 0},
+		{`expect x.txt ""`, "Exit code: 1\nstdout:\nx.txt: not written", 1},
+		{`echo 'open`, "Exit code: 2\nstderr:\nsh: unterminated quoted string", 2},
+	} {
+		res := step(t, s, call("c", gym.ToolExecuteCommand, fmt.Sprintf(`{"command":%q}`, tt.command)))
+		if got := res.Observation.Messages[0].Content; got != tt.want || res.Info.Calls[0].ExitCode != tt.code {
+			t.Errorf("%s: %q exit %d, want %q exit %d", tt.command, got, res.Info.Calls[0].ExitCode, tt.want, tt.code)
+		}
+	}
+	// sleep is killed by the command's timeout.
+	start := time.Now()
+	res := step(t, s, call("c", gym.ToolExecuteCommand, `{"command":"sleep 60","timeout":0.05}`))
+	if c := res.Info.Calls[0]; c.ErrorClass != gym.ClassToolTimeout || time.Since(start) > 10*time.Second {
+		t.Errorf("sleep past its timeout: %+v after %s", c, time.Since(start))
+	}
+}
+
+func TestCrashMasksTheEpisode(t *testing.T) {
+	env := newEnv()
+	s := reset(t, env, "t1")
+	res := step(t, s, call("a", gym.ToolExecuteCommand, `{"command":"crash"}`), call("b", gym.ToolExecuteCommand, `{"command":"true"}`))
+	if !res.Truncated || res.Info.TerminationReason != gym.ReasonSandboxError || res.Info.Calls[0].ErrorClass != gym.ClassSandbox ||
+		res.Info.Calls[1].ErrorClass != gym.ClassEpisodeDone {
+		t.Errorf("crash step = %+v", res)
+	}
+	if ev := res.Info.Evaluation; ev == nil || !ev.Mask || ev.ErrorClass != gym.ClassSandbox {
+		t.Errorf("evaluation after a crash = %+v, want a masked sandbox error", ev)
+	}
+	if n := env.Provider().Live(); n != 0 {
+		t.Errorf("%d sandboxes live after the only one crashed", n)
+	}
+}
+
+// TestMaxActions pins PROTOCOL.md §4.4: the call that reaches max_actions
+// runs, the later calls of the step are not executed (episode_done), and
+// the truncated episode is evaluated on the work done: here it scores 1.
 func TestMaxActions(t *testing.T) {
-	env := newEnv().SetMaxActions(2)
-	s, _, err := env.Reset(t.Context(), gym.ResetRequest{Task: "t2"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close(context.Background())
-	res, err := s.Step(t.Context(), gym.Action{ToolCalls: []gym.ToolCall{
-		call("a", gym.ToolExecuteCommand, `{"command":"true"}`),
-		call("b", gym.ToolExecuteCommand, `{"command":"false"}`),
+	s := reset(t, newEnv().SetMaxActions(2), "t1")
+	res := step(t, s,
+		call("a", gym.ToolWriteFile, `{"filepath":"a.txt","content":"hello"}`),
+		call("b", gym.ToolWriteFile, `{"filepath":"b.txt","content":"it's \"quoted\"\n"}`),
 		call("c", gym.ToolExecuteCommand, `{"command":"echo x"}`),
-	}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !res.Truncated || res.Info.TerminationReason != gym.ReasonMaxActions || res.Info.Calls[2].ErrorClass != gym.ClassEpisodeDone || res.Reward != 0 {
+	)
+	c := res.Info.Calls[2]
+	if !res.Truncated || res.Terminated || res.Info.TerminationReason != gym.ReasonMaxActions || res.Info.Actions != 2 ||
+		c.ErrorClass != gym.ClassEpisodeDone || c.ExitCode != -1 ||
+		res.Observation.Messages[2].Content != "Not executed: the episode already ended (max_actions)." {
 		t.Errorf("step = %+v", res)
 	}
-	if res.Info.Calls[1].ExitCode != 1 {
-		t.Errorf("false exit code = %d", res.Info.Calls[1].ExitCode)
+	if ev := res.Info.Evaluation; ev == nil || res.Reward != 1 || !ev.Success || ev.Mask {
+		t.Errorf("the truncated episode's evaluation = %+v, reward %v; want 1 from the tests", ev, res.Reward)
 	}
 }
 
-func TestResetErrors(t *testing.T) {
-	env := newEnv()
-	if _, _, err := env.Reset(t.Context(), gym.ResetRequest{Task: "nope"}); !errors.Is(err, gym.ErrNotFound) {
-		t.Errorf("unknown task: %v", err)
-	}
-	if _, _, err := env.Reset(t.Context(), gym.ResetRequest{Options: map[string]any{"x": 1}}); !errors.Is(err, gym.ErrInvalidArgument) {
-		t.Errorf("options: %v", err)
-	}
-}
-
-func TestCloseCancelsSleep(t *testing.T) {
-	env := newEnv()
-	s, _, err := env.Reset(t.Context(), gym.ResetRequest{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	errc := make(chan error, 1)
-	go func() {
-		_, err := s.Step(t.Context(), gym.Action{ToolCalls: []gym.ToolCall{call("a", gym.ToolExecuteCommand, `{"command":"sleep 60"}`)}})
-		errc <- err
-	}()
-	// Close may run before the step starts; then the step sees a closed
-	// session. Either way it must return promptly.
-	deadline := time.Now().Add(10 * time.Second)
-	for time.Now().Before(deadline) {
-		if _, err := s.Close(t.Context()); err != nil {
-			t.Fatal(err)
-		}
-		select {
-		case err := <-errc:
-			if !errors.Is(err, context.Canceled) && !errors.Is(err, gym.ErrEpisodeDone) {
-				t.Errorf("step = %v, want canceled or episode done", err)
-			}
-			return
-		case <-time.After(10 * time.Millisecond):
-		}
-	}
-	t.Fatal("step did not return after close")
-}
-
-func TestUniqueIDs(t *testing.T) {
-	env := newEnv()
-	seen := map[string]bool{}
-	for range 100 {
-		s, _, err := env.Reset(t.Context(), gym.ResetRequest{})
+// TestTaskAndSeed pins PROTOCOL.md §4.3: task picks the task whatever the
+// seed; a seed without task picks SeedIndex(seed, task_count).
+func TestTaskAndSeed(t *testing.T) {
+	env := gymtest.NewEnv("m", gymtest.Task{ID: "a"}, gymtest.Task{ID: "b"}, gymtest.Task{ID: "c"})
+	ids := []string{"a", "b", "c"}
+	for seed := range int64(12) {
+		s, r, err := env.Reset(t.Context(), gym.ResetRequest{Task: "b", Seed: &seed})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if seen[s.ID()] {
-			t.Fatalf("duplicate id %s", s.ID())
+		s.Close(t.Context())
+		if r.TaskID != "b" {
+			t.Errorf("task b with seed %d: task %s", seed, r.TaskID)
 		}
-		seen[s.ID()] = true
-	}
-	if env.Resets() != 100 || len(env.OpenSessions()) != 100 {
-		t.Errorf("resets %d open %d", env.Resets(), len(env.OpenSessions()))
-	}
-}
-
-func TestCloseCancelsRunningAndWaitingSteps(t *testing.T) {
-	env := newEnv()
-	s, _, err := env.Reset(t.Context(), gym.ResetRequest{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	errc := make(chan error, 2)
-	for range 2 {
-		go func() {
-			_, err := s.Step(t.Context(), gym.Action{ToolCalls: []gym.ToolCall{call("a", gym.ToolExecuteCommand, `{"command":"sleep 60"}`)}})
-			errc <- err
-		}()
-	}
-	// Wait until one step is sleeping (holding the session) and the
-	// other is waiting for it.
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		if n := s.(*gymtest.Session).StepsInFlight(); n == 2 {
-			break
+		s, r, err = env.Reset(t.Context(), gym.ResetRequest{Seed: &seed})
+		if err != nil {
+			t.Fatal(err)
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("steps did not start")
-		}
-		time.Sleep(time.Millisecond)
-	}
-	start := time.Now()
-	if _, err := s.Close(t.Context()); err != nil {
-		t.Fatal(err)
-	}
-	if d := time.Since(start); d > 10*time.Second {
-		t.Errorf("close took %s: it waited for the sleeping step", d)
-	}
-	for range 2 {
-		select {
-		case err := <-errc:
-			if !errors.Is(err, context.Canceled) && !errors.Is(err, gym.ErrEpisodeDone) {
-				t.Errorf("step = %v, want canceled or episode done", err)
-			}
-		case <-time.After(10 * time.Second):
-			t.Fatal("a step did not return after close")
+		s.Close(t.Context())
+		if want := ids[envs.SeedIndex(seed, 3)]; r.TaskID != want {
+			t.Errorf("seed %d: task %s, want %s", seed, r.TaskID, want)
 		}
 	}
 }
 
-func TestResetHookAndCrash(t *testing.T) {
+func TestResetErrorsAndHook(t *testing.T) {
 	boom := gym.Errorf(gym.ClassSandbox, "no docker")
 	fail := true
 	env := newEnv().SetResetHook(func(context.Context, gym.ResetRequest) error {
@@ -224,94 +198,105 @@ func TestResetHookAndCrash(t *testing.T) {
 		}
 		return nil
 	})
-	if _, _, err := env.Reset(t.Context(), gym.ResetRequest{}); !errors.Is(err, gym.ErrSandbox) {
-		t.Fatalf("reset with failing hook: %v, want sandbox error", err)
+	if _, _, err := env.Reset(t.Context(), gym.ResetRequest{Task: "t1"}); !errors.Is(err, gym.ErrSandbox) {
+		t.Errorf("reset with failing hook: %v, want sandbox error", err)
 	}
 	fail = false
-	s, _, err := env.Reset(t.Context(), gym.ResetRequest{})
-	if err != nil {
-		t.Fatal(err)
+	if _, _, err := env.Reset(t.Context(), gym.ResetRequest{Task: "nope"}); !errors.Is(err, gym.ErrNotFound) {
+		t.Errorf("unknown task: %v", err)
 	}
-	defer s.Close(context.Background())
-	res, err := s.Step(t.Context(), gym.Action{ToolCalls: []gym.ToolCall{call("a", gym.ToolExecuteCommand, `{"command":"crash"}`)}})
-	if err != nil {
-		t.Fatal(err)
+	// No environment takes options: all are named, sorted.
+	if _, _, err := env.Reset(t.Context(), gym.ResetRequest{Options: map[string]any{"x": 1, "b": 2, "a": 3}}); !errors.Is(err, gym.ErrInvalidArgument) ||
+		!strings.Contains(err.Error(), "options are not supported (got a, b, x)") {
+		t.Errorf("options: %v", err)
 	}
-	if !res.Truncated || res.Info.TerminationReason != gym.ReasonSandboxError || res.Info.Calls[0].ErrorClass != gym.ClassSandbox {
-		t.Errorf("crash step = %+v", res)
+	if env.Resets() != 0 || len(env.OpenSessions()) != 0 {
+		t.Errorf("after failed resets: %d resets, open %v", env.Resets(), env.OpenSessions())
 	}
 }
 
-func TestSnapshotAndFork(t *testing.T) {
+func TestCountsAndUniqueIDs(t *testing.T) {
 	env := newEnv()
+	seen := map[string]bool{}
+	var sessions []gym.Session
+	for range 50 {
+		s, _, err := env.Reset(t.Context(), gym.ResetRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if seen[s.ID()] {
+			t.Fatalf("duplicate id %s", s.ID())
+		}
+		seen[s.ID()] = true
+		sessions = append(sessions, s)
+	}
+	if env.Resets() != 50 || len(env.OpenSessions()) != 50 {
+		t.Errorf("resets %d open %d", env.Resets(), len(env.OpenSessions()))
+	}
+	for _, s := range sessions {
+		if _, err := s.Close(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := len(env.OpenSessions()); n != 0 || env.Provider().Live() != 0 {
+		t.Errorf("after close: %d open sessions, %d live sandboxes", n, env.Provider().Live())
+	}
+}
+
+func TestSpecListsEveryTask(t *testing.T) {
+	var tasks []gymtest.Task
+	for i := range 150 {
+		tasks = append(tasks, gymtest.Task{ID: fmt.Sprintf("t%03d", i), Metadata: map[string]any{"i": float64(i)}})
+	}
+	spec := gymtest.NewEnv("many", tasks...).Spec()
+	if spec.TaskCount != 150 || len(spec.Tasks) != 150 || spec.Tasks[149].ID != "t149" || spec.Tasks[7].Metadata["i"] != float64(7) ||
+		spec.Tasks[0].Prompt != "Do t000." || len(spec.Tools) != 4 {
+		t.Errorf("spec: %d of %d tasks, last %+v", len(spec.Tasks), spec.TaskCount, spec.Tasks[len(spec.Tasks)-1])
+	}
+	// Without tasks, the environment has its own.
+	if spec := gymtest.NewEnv("none").Spec(); spec.TaskCount != 1 || spec.Tasks[0].ID != "none" {
+		t.Errorf("spec without tasks: %+v", spec)
+	}
+}
+
+func TestSnapshotForkAndHook(t *testing.T) {
+	forks := 0
+	env := newEnv().SetForkHook(func(ctx context.Context, id string) error {
+		forks++
+		if strings.HasPrefix(id, "refused") {
+			return gym.Errorf(gym.ClassUnavailable, "refused")
+		}
+		return nil
+	})
 	ctx := t.Context()
-	s, _, err := env.Reset(ctx, gym.ResetRequest{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close(context.Background())
-	if _, err := s.Step(ctx, gym.Action{ToolCalls: []gym.ToolCall{call("w", gym.ToolWriteFile, `{"filepath":"a.txt","content":"hello"}`)}}); err != nil {
-		t.Fatal(err)
-	}
+	s := reset(t, env, "t1")
+	step(t, s, call("w", gym.ToolWriteFile, `{"filepath":"a.txt","content":"hello"}`))
 	snap, err := s.(gym.Snapshotter).Snapshot(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if snap.EnvID != "mem" || snap.TaskID != "t1" || snap.SessionID != s.ID() || snap.Steps != 1 || snap.Actions != 1 || snap.Created.IsZero() {
-		t.Errorf("snapshot = %+v", snap)
-	}
 	if got := env.Snapshots(); !cmp.Equal(got, []string{snap.ID}) {
 		t.Errorf("snapshots = %v", got)
 	}
-	// The original goes on; the fork sees the files as they were.
-	if _, err := s.Step(ctx, gym.Action{ToolCalls: []gym.ToolCall{call("w", gym.ToolWriteFile, `{"filepath":"a.txt","content":"changed"}`)}}); err != nil {
-		t.Fatal(err)
-	}
-	before := time.Now()
+	step(t, s, call("w", gym.ToolWriteFile, `{"filepath":"a.txt","content":"changed"}`))
 	f, r, err := env.Fork(ctx, snap.ID)
 	if err != nil {
 		t.Fatal(err)
 	}
-	after := time.Now()
 	defer f.Close(context.Background())
-	if r.ForkOf != snap.ID || r.Steps != 1 || r.Actions != 1 || r.TaskID != "t1" || r.SessionID == s.ID() || r.SessionID != f.ID() {
-		t.Errorf("fork reset = %+v", r)
+	if r.ForkOf != snap.ID || r.Steps != 1 || r.SessionID != f.ID() || !slices.Contains(env.OpenSessions(), f.ID()) {
+		t.Errorf("fork reset = %+v; open %v", r, env.OpenSessions())
 	}
-	res, err := f.Step(ctx, gym.Action{ToolCalls: []gym.ToolCall{
-		call("c", gym.ToolExecuteCommand, `{"command":"cat a.txt"}`),
-		call("w", gym.ToolWriteFile, `{"filepath":"b.txt","content":"world"}`),
-		call("d", gym.ToolMarkDone, `{}`),
-	}})
-	if err != nil {
-		t.Fatal(err)
+	if res := step(t, f, call("c", gym.ToolExecuteCommand, `{"command":"cat a.txt"}`)); res.Observation.Messages[0].Content != gymtest.Output("hello") {
+		t.Errorf("fork sees %q", res.Observation.Messages[0].Content)
 	}
-	if res.Observation.Messages[0].Content != "hello" || res.Info.Step != 2 || res.Info.Actions != 4 || res.Reward != 1 {
-		t.Errorf("fork step = %+v", res)
-	}
-	fin, err := f.Close(ctx)
-	if err != nil || fin.Steps != 2 {
-		t.Errorf("fork result = %+v %v; want 2 steps", fin, err)
-	}
-	// The fork's clock counts the time the snapshot had used.
-	if forked := fin.StartTime.Add(time.Duration(snap.Elapsed)); forked.Before(before) || forked.After(after) {
-		t.Errorf("fork started %v + elapsed %v, want within the Fork call [%v, %v]", fin.StartTime, snap.Elapsed, before, after)
-	}
-	// After the end no snapshot; unknown and dropped snapshots are not found.
-	if _, err := f.(gym.Snapshotter).Snapshot(ctx); !errors.Is(err, gym.ErrEpisodeDone) {
-		t.Errorf("snapshot after the end: %v, want ErrEpisodeDone", err)
+	if _, _, err := env.Fork(ctx, "refused-1"); !errors.Is(err, gym.ErrUnavailable) || forks != 2 {
+		t.Errorf("fork refused by the hook: %v after %d forks", err, forks)
 	}
 	if err := env.DropSnapshot(ctx, snap.ID); err != nil {
 		t.Fatal(err)
 	}
-	for _, id := range []string{snap.ID, "nope"} {
-		if _, _, err := env.Fork(ctx, id); !errors.Is(err, gym.ErrNotFound) {
-			t.Errorf("fork %s: %v, want ErrNotFound", id, err)
-		}
-		if err := env.DropSnapshot(ctx, id); !errors.Is(err, gym.ErrNotFound) {
-			t.Errorf("drop %s: %v, want ErrNotFound", id, err)
-		}
-	}
-	if got := env.Snapshots(); len(got) != 0 {
-		t.Errorf("snapshots after drop = %v", got)
+	if err := env.DropSnapshot(ctx, snap.ID); !errors.Is(err, gym.ErrNotFound) || len(env.Snapshots()) != 0 {
+		t.Errorf("drop twice: %v; snapshots %v", err, env.Snapshots())
 	}
 }

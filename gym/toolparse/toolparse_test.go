@@ -4,16 +4,13 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
-	"flag"
-	"os"
 	"path/filepath"
 	"testing"
 
 	"github.com/gymserver/gymserver/gym"
 	"github.com/gymserver/gymserver/gym/toolparse"
+	"github.com/gymserver/gymserver/internal/goldentest"
 )
-
-var update = flag.Bool("update", false, "rewrite the golden files in testdata")
 
 // golden is what a golden file records for one parse.
 type golden struct {
@@ -43,6 +40,9 @@ func TestParseGolden(t *testing.T) {
 		{"json", "no_call", "nothing to do", ""},
 		{"json", "truncated", `{"name": "execute_command", "arguments": {"command": "ls"`, gym.ClassAgent},
 		{"json", "bad_item", `[{"name": "mark_done"}, {"arguments": {}}]`, gym.ClassAgent},
+		{"json", "empty_array", `[]`, ""},
+		{"json", "bracket_in_prose", `The answer is [42].`, gym.ClassAgent},
+		{"json", "other_fence", "```python\nprint(1)\n```\n{\"name\": \"mark_done\"}", ""},
 		{"react", "one", "Thought: I should look around.\nAction: execute_command\nAction Input: {\"command\": \"ls\"}\n", ""},
 		{"react", "several", "Action: write_file\nAction Input: {\"filepath\": \"a\",\n  \"content\": \"b\"}\nThought: now run it\nAction: execute_command\nAction Input: {\"command\": \"cat a\"}", ""},
 		{"react", "no_input", "Action: mark_done", ""},
@@ -50,6 +50,9 @@ func TestParseGolden(t *testing.T) {
 		{"react", "bad_input", "Action: execute_command\nAction Input: ls -la", gym.ClassAgent},
 		{"react", "string_input", "Action: execute_command\nAction Input: \"ls\"", gym.ClassAgent},
 		{"react", "bad_name", "Action: run the tests please\nAction Input: {}", gym.ClassAgent},
+		{"react", "quoted_name", "Action: **`execute_command`**\nAction Input: {\"command\": \"ls\"}", ""},
+		{"react", "fenced_input", "Action: execute_command\nAction Input:\n```json\n{\"command\": \"ls\"}\n```\nObservation: (pending)", ""},
+		{"react", "input_not_next", "Action: execute_command\nThought: with ls\nAction Input: {\"command\": \"ls\"}", ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.parser+"/"+tt.name, func(t *testing.T) {
@@ -71,21 +74,7 @@ func TestParseGolden(t *testing.T) {
 			if err := enc.Encode(g); err != nil {
 				t.Fatal(err)
 			}
-			got := buf.Bytes()
-			path := filepath.Join("testdata", tt.parser+"_"+tt.name+".golden")
-			if *update {
-				if err := os.WriteFile(path, got, 0o644); err != nil {
-					t.Fatal(err)
-				}
-				return
-			}
-			want, rerr := os.ReadFile(path)
-			if rerr != nil {
-				t.Fatalf("%v (run with -update to create)", rerr)
-			}
-			if string(got) != string(want) {
-				t.Errorf("Parse(%q) mismatch with %s:\ngot:\n%s\nwant:\n%s", tt.parser, path, got, want)
-			}
+			goldentest.Check(t, filepath.Join("testdata", tt.parser+"_"+tt.name+".golden"), buf.Bytes())
 		})
 	}
 }

@@ -181,7 +181,7 @@ func TestExternalPluginSeesEveryHook(t *testing.T) {
 			[]gym.ToolCall{done("d")},
 		),
 		plugins: []config.Plugin{{Name: "ext", Enabled: true, Timeout: 10 * time.Second,
-			Command: []string{"/usr/bin/python3", "hooks.py"}}},
+			Command: []string{python3(t), "hooks.py"}}},
 	})
 	f, err := os.Open(filepath.Join(dir, "hooks.log"))
 	if err != nil {
@@ -245,7 +245,7 @@ func TestFailingExternalPluginDoesNotStopTheRun(t *testing.T) {
 				envs:   []gym.Env{memEnv("mem")},
 				policy: turnsPolicy([]gym.ToolCall{write("w", "out.txt", "hello")}, []gym.ToolCall{done("d")}),
 				plugins: []config.Plugin{{Name: "bad", Enabled: true, Timeout: 300 * time.Millisecond,
-					Command: []string{"/usr/bin/python3", "p.py"}, Hooks: []string{"pre_action", "post_episode"}}},
+					Command: []string{python3(t), "p.py"}, Hooks: []string{"pre_action", "post_episode"}}},
 			})
 			if took := time.Since(start); took > 10*time.Second {
 				t.Errorf("run took %s", took)

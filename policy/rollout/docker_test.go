@@ -82,7 +82,7 @@ func TestLLMSolvesCalculatorInDocker(t *testing.T) {
 		plugins: []config.Plugin{
 			{Name: "safety_filter", Enabled: true, Timeout: time.Second},
 			{Name: "trajectory_analysis", Enabled: true, Timeout: time.Second},
-			{Name: "ext", Enabled: true, Timeout: 10 * time.Second, Command: []string{"/usr/bin/python3", "hooks.py"}},
+			{Name: "ext", Enabled: true, Timeout: 10 * time.Second, Command: []string{python3(t), "hooks.py"}},
 		},
 	})
 	if err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"sync"
 	"testing"
@@ -178,18 +179,6 @@ func toolMessages(msgs []gym.Message) []gym.Message {
 	return out
 }
 
-// waitFor polls cond until it holds or the deadline passes.
-func waitFor(t *testing.T, what string, d time.Duration, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 // counter is a concurrency-safe call counter.
 type counter struct {
 	mu sync.Mutex
@@ -201,4 +190,25 @@ func (c *counter) next() int {
 	defer c.mu.Unlock()
 	c.n++
 	return c.n - 1
+}
+
+// python3 returns the Python interpreter for external plugins written in
+// Python: $GYMSERVER_TEST_PYTHON when set, else the system's
+// /usr/bin/python3 when there is one, else python3 from PATH; without any
+// the test is skipped. The system's comes before PATH's because a version
+// manager's shim there (pyenv) can take longer to start than the plugin
+// timeouts these tests use.
+func python3(t *testing.T) string {
+	t.Helper()
+	if p := os.Getenv("GYMSERVER_TEST_PYTHON"); p != "" {
+		return p
+	}
+	if _, err := os.Stat("/usr/bin/python3"); err == nil {
+		return "/usr/bin/python3"
+	}
+	path, err := exec.LookPath("python3")
+	if err != nil {
+		t.Skipf("no python3: %v", err)
+	}
+	return path
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/gymserver/gymserver/envs/config"
 	"github.com/gymserver/gymserver/gym"
+	"github.com/gymserver/gymserver/gym/gymtest"
 	"github.com/gymserver/gymserver/policy"
 	"github.com/gymserver/gymserver/policy/openaitest"
 )
@@ -66,7 +67,7 @@ func TestLLMEpisodeThroughTheWire(t *testing.T) {
 	}
 	// Three calls, three distinct results, each answering its own id.
 	got := toolReplies(reqs[1])
-	want := map[string]string{"c1": "Wrote 5 bytes to out.txt.", "c2": "hello", "c3": "three\n"}
+	want := map[string]string{"c1": "Wrote 5 bytes to /workspace/out.txt.", "c2": gymtest.Output("hello"), "c3": gymtest.Output("three\n")}
 	if len(got) != 3 {
 		t.Fatalf("request 1 has %d tool messages, want 3", len(got))
 	}

@@ -14,7 +14,9 @@ import (
 
 	"github.com/gymserver/gymserver/envs/config"
 	"github.com/gymserver/gymserver/gym"
+	"github.com/gymserver/gymserver/gym/gymtest"
 	"github.com/gymserver/gymserver/gym/toolparse"
+	"github.com/gymserver/gymserver/internal/waittest"
 	"github.com/gymserver/gymserver/policy/rollout"
 )
 
@@ -36,11 +38,11 @@ func TestEpisodeTranscriptAndOutputs(t *testing.T) {
 		"system  " + tr.Messages[0].Content,
 		"user  Write hello to out.txt.",
 		"assistant  thinking",
-		"tool a Wrote 5 bytes to out.txt.",
-		"tool b hello",
-		"tool c hi\n",
+		"tool a Wrote 5 bytes to /workspace/out.txt.",
+		"tool b " + gymtest.Output("hello"),
+		"tool c " + gymtest.Output("hi\n"),
 		"assistant  thinking",
-		"tool d Task marked as done.",
+		"tool d Marked done. The episode is over; the tests will now run.",
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("transcript (-want +got):\n%s", diff)
@@ -216,7 +218,7 @@ func TestSafetyFilterBlocksOnlyTheDangerousCall(t *testing.T) {
 	tr := trajectory(t, sum, "mem", 0)
 	tools := toolMessages(tr.Messages)
 	if len(tools) != 4 || tools[1].ToolCallID != "rm" || !strings.HasPrefix(tools[1].Content, "Blocked by safety_filter:") ||
-		!strings.Contains(tools[1].Content, "delete_root") || tools[0].Content != "before\n" {
+		!strings.Contains(tools[1].Content, "delete_root") || tools[0].Content != gymtest.Output("before\n") {
 		t.Fatalf("tool messages = %+v", tools)
 	}
 	st := tr.Steps[1]
@@ -338,7 +340,7 @@ func TestCancelStopsCleanly(t *testing.T) {
 		})
 		errc <- err
 	}()
-	waitFor(t, "the slow episodes to start", 5*time.Second, func() bool { return len(env.OpenSessions()) == 2 })
+	waittest.For(t, "the slow episodes to start", 5*time.Second, func() bool { return len(env.OpenSessions()) == 2 })
 	cancel()
 	select {
 	case err := <-errc:

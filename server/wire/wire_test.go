@@ -5,9 +5,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -16,10 +14,9 @@ import (
 	"github.com/vmihailenco/msgpack/v5"
 
 	"github.com/gymserver/gymserver/gym"
+	"github.com/gymserver/gymserver/internal/goldentest"
 	"github.com/gymserver/gymserver/server/wire"
 )
-
-var update = flag.Bool("update", false, "rewrite testdata/*.golden")
 
 // render shows a frame as its hex bytes and as indented JSON.
 func render(t *testing.T, f []byte) string {
@@ -62,20 +59,7 @@ func TestGolden(t *testing.T) {
 			if err := wire.Check(enc); err != nil {
 				t.Fatalf("encoded frame fails Check: %v", err)
 			}
-			got := render(t, enc)
-			path := filepath.Join("testdata", f.name+".golden")
-			if *update {
-				if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
-					t.Fatal(err)
-				}
-			}
-			want, err := os.ReadFile(path)
-			if err != nil {
-				t.Fatalf("%v (run with -update)", err)
-			}
-			if d := cmp.Diff(string(want), got); d != "" {
-				t.Errorf("frame differs from %s (-want +got):\n%s", path, d)
-			}
+			goldentest.Check(t, filepath.Join("testdata", f.name+".golden"), []byte(render(t, enc)))
 			// Every frame decodes back to what was encoded.
 			switch v := f.v.(type) {
 			case wire.Request:
@@ -218,6 +202,35 @@ func TestCheckRejects(t *testing.T) {
 			var r wire.Request
 			if err := wire.Decode(tt.frame, &r); !errors.Is(err, wire.ErrMalformed) {
 				t.Errorf("Decode = %v, want ErrMalformed", err)
+			}
+		})
+	}
+}
+
+// TestCheckDepth pins how max_depth is counted (PROTOCOL.md §5): the
+// frame's map is level 1, each non-empty map or array inside adds one; an
+// empty one or a scalar adds none.
+func TestCheckDepth(t *testing.T) {
+	// nested is the frame {"x": [[...[last]...]]} with levels levels of
+	// maps and arrays, the innermost holding last.
+	nested := func(levels int, last byte) []byte {
+		f := []byte{0x81, 0xa1, 'x'}
+		f = append(f, bytes.Repeat([]byte{0x91}, levels-1)...)
+		return append(f, last)
+	}
+	for _, tt := range []struct {
+		name  string
+		frame []byte
+		ok    bool
+	}{
+		{"max_depth_levels", nested(wire.MaxDepth, 0xc0), true},
+		{"one_level_more", nested(wire.MaxDepth+1, 0xc0), false},
+		{"empty_array_one_level_more", nested(wire.MaxDepth, 0x90), true},
+		{"empty_map_one_level_more", nested(wire.MaxDepth, 0x80), true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			if err := wire.Check(tt.frame); (err == nil) != tt.ok {
+				t.Errorf("Check = %v, want ok %v", err, tt.ok)
 			}
 		})
 	}

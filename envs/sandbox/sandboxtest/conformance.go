@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -17,6 +18,9 @@ import (
 
 // WorkDir is the working directory of the sandboxes the suite makes.
 const WorkDir = "/workspace"
+
+// sessionIDPattern is the form of sandbox.NewSessionID's ids.
+var sessionIDPattern = regexp.MustCompile(`^s-[0-9a-f]{24}$`)
 
 // Suite says what the conformance suite runs against.
 type Suite struct {
@@ -63,6 +67,25 @@ func Run(t *testing.T, s Suite) {
 	t.Run("Files", func(t *testing.T) {
 		t.Parallel()
 		testFiles(t, box(t))
+	})
+	t.Run("SessionID", func(t *testing.T) {
+		t.Parallel()
+		// The provider mints every sandbox's session id, whatever the
+		// caller put in the labels.
+		seen := map[string]bool{}
+		for range 3 {
+			sb, err := s.Provider.Create(t.Context(), sandbox.Spec{Image: image, WorkDir: WorkDir,
+				Labels: map[string]string{sandbox.LabelSession: "s-caller"}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer sb.Close(context.Background())
+			id := sb.SessionID()
+			if !sessionIDPattern.MatchString(id) || seen[id] {
+				t.Errorf("session id %q (seen before: %v), want a new s- and 24 hex digits", id, seen[id])
+			}
+			seen[id] = true
+		}
 	})
 	t.Run("Close", func(t *testing.T) {
 		t.Parallel()

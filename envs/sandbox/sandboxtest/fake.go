@@ -69,7 +69,7 @@ func (p *FakeProvider) Create(ctx context.Context, spec sandbox.Spec) (sandbox.S
 	if workdir == "" {
 		workdir = "/"
 	}
-	sb := &FakeSandbox{p: p, id: fmt.Sprintf("fake-%d", p.seq), workdir: workdir,
+	sb := &FakeSandbox{p: p, id: fmt.Sprintf("fake-%d", p.seq), session: sandbox.NewSessionID(), workdir: workdir,
 		files: map[string]*fakeFile{}, dirs: map[string]bool{"/": true}}
 	sb.mkdirAll(workdir, false)
 	for _, f := range files {
@@ -112,6 +112,7 @@ func (p *FakeProvider) Close(ctx context.Context) error {
 type FakeSandbox struct {
 	p       *FakeProvider
 	id      string
+	session string
 	workdir string
 
 	// mu guards the fields below.
@@ -136,6 +137,9 @@ var _ sandbox.Sandbox = (*FakeSandbox)(nil)
 
 // ID returns the sandbox id.
 func (s *FakeSandbox) ID() string { return s.id }
+
+// SessionID returns the id of the sandbox's session, minted by Create.
+func (s *FakeSandbox) SessionID() string { return s.session }
 
 // Execs returns the commands run so far.
 func (s *FakeSandbox) Execs() []sandbox.ExecRequest {
