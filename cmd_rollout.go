@@ -222,6 +222,7 @@ func rolloutWith(ctx context.Context, args []string, stdout, stderr io.Writer, l
 	if err != nil {
 		return fail(1, "%v", err)
 	}
+	defer plugins.Close()
 	sel, err := selectPolicy(cfg, &f, logger)
 	if err != nil {
 		return fail(2, "%v", err)

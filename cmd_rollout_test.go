@@ -106,7 +106,7 @@ func TestRolloutFlagsAndErrors(t *testing.T) {
 		{"no key", []string{calculatorConfig, "--output", filepath.Join(dir, "r.json")}, 2,
 			[]string{"--llm-api-key", "OPENROUTER_API_KEY", "--policy oracle"}},
 		{"unknown plugin fails the dry run", []string{badPlugin, "--dry-run"}, 1,
-			[]string{`unknown plugin "my_custom_plugins.analyzer"`, `unknown field "windw"`}},
+			[]string{`plugins[1] (my_custom_plugins.analyzer): python module my_custom_plugins.analyzer: module my_custom_plugins.analyzer not found`, `unknown field "windw"`}},
 		{"unknown policy", []string{calculatorConfig, "--dry-run", "--policy", "magic"}, 2, []string{`--policy "magic"`}},
 		{"oracle needs a reference solution", []string{noRef, "--policy", "oracle", "--dry-run"}, 1, []string{"no reference_solution"}},
 		{"bad temperature", []string{calculatorConfig, "--dry-run", "--llm-temperature", "3"}, 2, []string{"temperature 3"}},

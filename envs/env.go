@@ -418,11 +418,9 @@ func SeedIndex(seed int64, n int) int {
 // Reset starts a new episode of the task the request picks in a fresh
 // sandbox.
 func (e *TaskEnv) Reset(ctx context.Context, req gym.ResetRequest) (gym.Session, gym.Reset, error) {
-	if len(req.Options) > 0 {
-		// No environment takes options yet (PROTOCOL.md §4.3); all of
-		// them are named, sorted, so the message is the same every time.
-		return nil, gym.Reset{}, fmt.Errorf("environment %s: options are not supported (got %s): %w",
-			e.cfg.ID, strings.Join(slices.Sorted(maps.Keys(req.Options)), ", "), gym.ErrInvalidArgument)
+	extraEnv, err := resetEnvOption(e.cfg.ID, req.Options)
+	if err != nil {
+		return nil, gym.Reset{}, err
 	}
 	t, err := e.pick(req)
 	if err != nil {
@@ -435,22 +433,63 @@ func (e *TaskEnv) Reset(ctx context.Context, req gym.ResetRequest) (gym.Session,
 	if err != nil {
 		return nil, gym.Reset{}, gym.Classify(err, gym.ClassSandbox)
 	}
-	s, err := t.start(ctx, image, t.starter)
+	s, err := t.start(ctx, image, t.starter, extraEnv)
 	if err != nil {
 		return nil, gym.Reset{}, err
 	}
 	return s, s.initial(), nil
 }
 
+// resetEnvOption checks a reset's options and returns the variables of
+// gym.OptionEnvironmentVariables, the only reset option TaskEnv takes.
+func resetEnvOption(env string, opts map[string]any) (map[string]string, error) {
+	var unknown []string
+	for k := range opts {
+		if k != gym.OptionEnvironmentVariables {
+			unknown = append(unknown, k)
+		}
+	}
+	if len(unknown) > 0 {
+		// Named, sorted, so the message is the same every time (PROTOCOL.md §4.3).
+		slices.Sort(unknown)
+		return nil, fmt.Errorf("environment %s: options are not supported (got %s; the only option is %s): %w",
+			env, strings.Join(unknown, ", "), gym.OptionEnvironmentVariables, gym.ErrInvalidArgument)
+	}
+	var out map[string]string
+	for k, v := range opts {
+		m, ok := v.(map[string]any)
+		if !ok {
+			return nil, fmt.Errorf("environment %s: option %s: want an object of strings: %w", env, k, gym.ErrInvalidArgument)
+		}
+		out = make(map[string]string, len(m))
+		for name, val := range m {
+			str, ok := val.(string)
+			if !ok || name == "" || strings.ContainsAny(name, "=\x00") {
+				return nil, fmt.Errorf("environment %s: option %s: %q: want a variable name and a string value: %w", env, k, name, gym.ErrInvalidArgument)
+			}
+			out[name] = str
+		}
+	}
+	return out, nil
+}
+
 // start makes a session of the task in a new sandbox from image with the
 // given starter files (retrying failed starts max_retries times); its
 // clock starts now.
-func (t *task) start(ctx context.Context, image string, files []sandbox.File) (*session, error) {
+func (t *task) start(ctx context.Context, image string, files []sandbox.File, extraEnv map[string]string) (*session, error) {
 	e := t.env
+	env := e.cfg.EnvironmentVariables
+	if len(extraEnv) > 0 {
+		env = maps.Clone(env)
+		if env == nil {
+			env = map[string]string{}
+		}
+		maps.Copy(env, extraEnv)
+	}
 	spec := sandbox.Spec{
 		Image:   image,
 		WorkDir: t.cfg.WorkingDirectory,
-		Env:     e.cfg.EnvironmentVariables,
+		Env:     env,
 		Labels: map[string]string{
 			sandbox.LabelTask: e.cfg.ID + "/" + t.src.ID,
 		},

@@ -503,3 +503,35 @@ func TestFakeSessionIDIsItsSandboxes(t *testing.T) {
 		t.Errorf("the fork has its original's id %s", s.ID())
 	}
 }
+
+// TestFakeResetOptions: environment_variables is the one reset option, an
+// object of strings; anything else is an invalid argument.
+func TestFakeResetOptions(t *testing.T) {
+	e, _ := fakeEnv(t, fakePytest)
+	tests := []struct {
+		name string
+		opts map[string]any
+		want string
+	}{
+		{"ok", map[string]any{gym.OptionEnvironmentVariables: map[string]any{"A": "1"}}, ""},
+		{"unknown", map[string]any{"colour": "blue"}, `options are not supported (got colour; the only option is environment_variables)`},
+		{"not_an_object", map[string]any{gym.OptionEnvironmentVariables: "A=1"}, "want an object of strings"},
+		{"not_a_string", map[string]any{gym.OptionEnvironmentVariables: map[string]any{"A": 1}}, `"A": want a variable name and a string value`},
+		{"bad_name", map[string]any{gym.OptionEnvironmentVariables: map[string]any{"A=B": "1"}}, `"A=B": want a variable name`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s, _, err := e.Reset(t.Context(), gym.ResetRequest{Options: tt.opts})
+			if tt.want == "" {
+				if err != nil {
+					t.Fatal(err)
+				}
+				s.Close(t.Context())
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tt.want) || gym.ClassOf(err) != gym.ClassInvalidArgument {
+				t.Errorf("error %v, want %q (invalid_argument)", err, tt.want)
+			}
+		})
+	}
+}

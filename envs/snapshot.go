@@ -72,7 +72,7 @@ func (e *TaskEnv) Fork(ctx context.Context, snapshotID string) (gym.Session, gym
 		return nil, gym.Reset{}, fmt.Errorf("environment %s: snapshot %q: %w", e.cfg.ID, snapshotID, gym.ErrNotFound)
 	}
 	// The snapshot holds the starter files as the agent left them.
-	s, err := rec.task.start(ctx, rec.image, nil)
+	s, err := rec.task.start(ctx, rec.image, nil, nil)
 	if err != nil {
 		return nil, gym.Reset{}, err
 	}

@@ -97,6 +97,13 @@ type ResetRequest struct {
 	Options map[string]any `json:"options,omitempty"`
 }
 
+// OptionEnvironmentVariables is the reset option that sets environment
+// variables in the episode's sandbox, over the environment's own: an
+// object of strings. Environments built from a config (envs.TaskEnv) take
+// it; the rollout runner sends it for a pre_episode plugin's
+// environment_variables.
+const OptionEnvironmentVariables = "environment_variables"
+
 // Reset is the initial observation of an episode.
 type Reset struct {
 	SessionID    string `json:"session_id"`

@@ -32,6 +32,26 @@ type Trajectory struct {
 	Evaluation *Evaluation `json:"evaluation,omitempty"`
 	// Plugins holds outputs of plugins by plugin name.
 	Plugins map[string]any `json:"plugins,omitempty"`
+	// EpisodeChanges is what pre_episode plugins changed in the episode
+	// before it started; nil when nothing.
+	EpisodeChanges *EpisodeChanges `json:"episode_changes,omitempty"`
+}
+
+// EpisodeChanges records the changes plugins made to an episode before it
+// started, as applied: limits are the effective ones, never above the
+// environment's.
+type EpisodeChanges struct {
+	// By names the plugins that made changes, in order.
+	By []string `json:"by"`
+	// Prompt is the prompt the policy got in place of the task's;
+	// OriginalPrompt is the task's.
+	Prompt         string `json:"prompt,omitempty"`
+	OriginalPrompt string `json:"original_prompt,omitempty"`
+	// EnvironmentVariables were set in the sandbox.
+	EnvironmentVariables map[string]string `json:"environment_variables,omitempty"`
+	MaxActions           int               `json:"max_actions,omitempty"`
+	GlobalTimeout        Duration          `json:"global_timeout,omitempty"`
+	CommandTimeout       Duration          `json:"command_timeout,omitempty"`
 }
 
 // TrajectoryStep is one tool call and its result.
@@ -89,9 +109,16 @@ type TrajectoryTurn struct {
 
 // EpisodeResult is the seed's episode summary plus classification.
 type EpisodeResult struct {
-	// Success comes from the tests, never from mark_done.
-	Success          bool              `json:"success"`
+	// Success comes from the tests, never from mark_done, nor from a
+	// plugin that changed the score.
+	Success bool `json:"success"`
+	// FinalScore is the episode's reward: the tests', or the one a
+	// post_test plugin gave it; then TestScore keeps the tests' own and
+	// ScoreAdjustedBy names the plugins that set it ("a, b": the last
+	// one's stands).
 	FinalScore       float64           `json:"final_score"`
+	TestScore        *float64          `json:"test_score,omitempty"`
+	ScoreAdjustedBy  string            `json:"score_adjusted_by,omitempty"`
 	TerminatedReason TerminationReason `json:"terminated_reason"`
 	AgentDone        bool              `json:"agent_done"`
 	AgentDoneMessage string            `json:"agent_done_message,omitempty"`

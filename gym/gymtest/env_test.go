@@ -205,9 +205,9 @@ func TestResetErrorsAndHook(t *testing.T) {
 	if _, _, err := env.Reset(t.Context(), gym.ResetRequest{Task: "nope"}); !errors.Is(err, gym.ErrNotFound) {
 		t.Errorf("unknown task: %v", err)
 	}
-	// No environment takes options: all are named, sorted.
+	// Unknown options are all named, sorted.
 	if _, _, err := env.Reset(t.Context(), gym.ResetRequest{Options: map[string]any{"x": 1, "b": 2, "a": 3}}); !errors.Is(err, gym.ErrInvalidArgument) ||
-		!strings.Contains(err.Error(), "options are not supported (got a, b, x)") {
+		!strings.Contains(err.Error(), "options are not supported (got a, b, x;") {
 		t.Errorf("options: %v", err)
 	}
 	if env.Resets() != 0 || len(env.OpenSessions()) != 0 {

@@ -24,17 +24,28 @@
 //
 // A Response may block a call (pre_action), replace it (pre_action; the
 // call's id is kept), attach data to the episode's trajectory (saved under
-// "plugins" by plugin name) or to the run's statistics (rollout hooks), and
-// stop the run from scheduling more episodes: for the event's environment,
-// or for the whole run when the event has no environment.
+// "plugins" by plugin name) or to the run's statistics (rollout hooks),
+// leave suggestions (appended to the data's "suggestions"), and stop the
+// run from scheduling more episodes: for the event's environment, or for
+// the whole run when the event has no environment. It may also change the
+// episode's reward (post_test: score; the trajectory keeps the tests' own
+// beside it), change the episode about to start (pre_episode: its prompt,
+// sandbox environment variables, and lower limits), and schedule more
+// episodes or change the parallelism (pre_rollout, pre_episode,
+// post_episode). Each field is refused at the hooks where it means
+// nothing (checkResponse); such an answer is a failure.
 //
 // Plugins are loaded from config.Plugin entries by Load, which validates
-// every entry at once without starting anything. An entry with a command is
-// an external plugin (see External); any other entry must name a built-in:
+// every entry at once. An entry with a command is an external plugin (see
+// External); a dotted name (package.module) is a Real Work plugin module
+// run by the Python adapter (see Module), which Load runs once to import
+// the module and list its classes, so that `rollout --dry-run` reports a
+// module that does not import; any other entry must name a built-in:
 // safety_filter, performance_based_rollout or trajectory_analysis, or one
 // of Real Work's class names for them (SeedAliases: SafetyFilterPlugin,
 // PerformanceBasedRolloutPlugin, TrajectoryAnalysisPlugin), after which the
-// plugin goes by the built-in's name.
+// plugin goes by the built-in's name. Nothing else starts before the run;
+// Set.Close removes what module plugins keep between calls.
 //
 // A plugin that fails (an error, a timeout, a bad answer) is logged,
 // counted in Stats and recorded in the trajectory; the run goes on as if it

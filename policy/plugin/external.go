@@ -31,6 +31,8 @@ type External struct {
 	name string
 	argv []string
 	dir  string
+	// env is added to the program's environment.
+	env []string
 }
 
 var _ Plugin = (*External)(nil)
@@ -73,6 +75,9 @@ func (x *External) Handle(ctx context.Context, ev *Event) (Response, error) {
 	}
 	cmd := exec.CommandContext(ctx, x.argv[0], x.argv[1:]...)
 	cmd.Dir = x.dir
+	if len(x.env) > 0 {
+		cmd.Env = append(os.Environ(), x.env...)
+	}
 	cmd.Stdin = bytes.NewReader(append(in, '\n'))
 	var stdout limitedBuffer
 	var stderr limitedBuffer

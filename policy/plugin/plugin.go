@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
+	"math"
 	"slices"
 	"sort"
 	"strings"
@@ -66,6 +68,28 @@ type Event struct {
 	// Stats is the run's statistics, as written to the stats file
 	// (post_rollout).
 	Stats any `json:"stats,omitempty"`
+	// Score is the episode's reward so far (post_test): the tests' own,
+	// or what an earlier plugin set it to.
+	Score *float64 `json:"score,omitempty"`
+	// Environment is what the runner knows of the episode's settings
+	// before it starts (pre_episode), from the config.
+	Environment *EpisodeSettings `json:"environment,omitempty"`
+}
+
+// EpisodeSettings are an episode's settings as the config gives them:
+// the environment's, or its task's when the config lists the task. Times
+// are seconds. A task the config does not list (a dataset's) has the
+// environment's limits and an empty prompt.
+type EpisodeSettings struct {
+	DockerImage          string            `json:"docker_image,omitempty"`
+	WorkingDirectory     string            `json:"working_directory,omitempty"`
+	Prompt               string            `json:"prompt,omitempty"`
+	EnvironmentVariables map[string]string `json:"environment_variables,omitempty"`
+	UnitTests            []string          `json:"unit_tests,omitempty"`
+	MaxActions           int               `json:"max_actions,omitempty"`
+	GlobalTimeout        float64           `json:"global_timeout,omitempty"`
+	CommandTimeout       float64           `json:"command_timeout,omitempty"`
+	TestTimeout          float64           `json:"test_timeout,omitempty"`
 }
 
 // ActionResult is the outcome of one tool call.
@@ -110,6 +134,69 @@ type Response struct {
 	// Stop ends the scheduling of episodes: of the event's environment, or
 	// of the whole run for rollout hooks. Running episodes finish.
 	Stop bool `json:"stop,omitempty"`
+	// Score replaces the episode's reward (post_test only; a finite
+	// number). The trajectory keeps the tests' own reward beside it and
+	// names the plugins that changed it; statistics use the new one.
+	// Success stays the tests' verdict.
+	Score *float64 `json:"score,omitempty"`
+	// Suggestions are appended to the "suggestions" list of the plugin's
+	// data (any hook).
+	Suggestions []string `json:"suggestions,omitempty"`
+	// Episode changes the episode about to start (pre_episode only).
+	Episode *EpisodeChange `json:"episode,omitempty"`
+	// MoreEpisodes schedules that many more episodes of the event's
+	// environment, or of every environment in pre_rollout (pre_rollout,
+	// pre_episode and post_episode only). They continue the environment's
+	// round-robin over its tasks and obey episode control and the
+	// safety_limit like the planned ones.
+	MoreEpisodes int `json:"more_episodes,omitempty"`
+	// Parallel sets the most episodes that run at once from now on
+	// (pre_rollout, pre_episode and post_episode only); running episodes
+	// are never stopped to honour a lower value.
+	Parallel int `json:"parallel,omitempty"`
+}
+
+// EpisodeChange is what a pre_episode answer changes in the episode about
+// to start. Nil fields change nothing. Limits can only tighten what the
+// environment allows: a larger value than the environment's is an error.
+type EpisodeChange struct {
+	// Prompt replaces the task's prompt (the first user message the
+	// policy sees).
+	Prompt *string `json:"prompt,omitempty"`
+	// EnvironmentVariables are set in the episode's sandbox, over the
+	// environment's own (reset option environment_variables).
+	EnvironmentVariables map[string]string `json:"environment_variables,omitempty"`
+	// MaxActions lowers the action limit.
+	MaxActions *int `json:"max_actions,omitempty"`
+	// GlobalTimeout lowers the episode's time budget, in seconds: the
+	// runner evaluates the episode as timeout when it runs out.
+	GlobalTimeout *float64 `json:"global_timeout,omitempty"`
+	// CommandTimeout lowers the time of each execute_command call, in
+	// seconds: calls without a timeout, or with a larger one, get this
+	// one.
+	CommandTimeout *float64 `json:"command_timeout,omitempty"`
+}
+
+// merge applies o's fields over c's.
+func (c *EpisodeChange) merge(o *EpisodeChange) {
+	if o.Prompt != nil {
+		c.Prompt = o.Prompt
+	}
+	for k, v := range o.EnvironmentVariables {
+		if c.EnvironmentVariables == nil {
+			c.EnvironmentVariables = map[string]string{}
+		}
+		c.EnvironmentVariables[k] = v
+	}
+	if o.MaxActions != nil {
+		c.MaxActions = o.MaxActions
+	}
+	if o.GlobalTimeout != nil {
+		c.GlobalTimeout = o.GlobalTimeout
+	}
+	if o.CommandTimeout != nil {
+		c.CommandTimeout = o.CommandTimeout
+	}
 }
 
 // Plugin is one loaded plugin. Handle is called concurrently by many
@@ -146,6 +233,24 @@ type Outcome struct {
 	// Stop is set when a plugin asked to stop; StoppedBy names it.
 	Stop      bool
 	StoppedBy string
+	// Score is the episode's new reward (post_test), nil when unchanged;
+	// ScoredBy names the plugins that set it, in order (the last one's
+	// stands).
+	Score    *float64
+	ScoredBy []string
+	// Episode is every plugin's changes to the episode about to start
+	// (pre_episode), later plugins' fields over earlier ones'; nil when
+	// none. EpisodeChangedBy names the plugins that changed it.
+	Episode          *EpisodeChange
+	EpisodeChangedBy []string
+	// MoreEpisodes is the sum of the episodes the plugins scheduled;
+	// ScheduledBy names the plugins.
+	MoreEpisodes int
+	ScheduledBy  []string
+	// Parallel is the parallelism the last plugin to set it asked for,
+	// 0 when none did; ParallelBy names it.
+	Parallel   int
+	ParallelBy string
 	// Data holds each answering plugin's data by plugin name.
 	Data map[string]map[string]any
 	// Failures lists the plugins that failed.
@@ -160,6 +265,8 @@ type Stats struct {
 	// scheduling.
 	Blocks int `json:"blocks,omitempty"`
 	Stops  int `json:"stops,omitempty"`
+	// Scores counts the answers that changed an episode's reward.
+	Scores int `json:"scores,omitempty"`
 	// TotalSeconds is the time spent in the plugin.
 	TotalSeconds float64 `json:"total_seconds"`
 	// LastError is the most recent failure.
@@ -273,11 +380,24 @@ func build(c config.Plugin, dir string) (Plugin, map[Hook]bool, error) {
 			errs = append(errs, err)
 		}
 		p = ext
+	} else if IsModuleName(c.Name) {
+		if !c.Enabled {
+			// A disabled module is not imported: it may need what this
+			// machine lacks.
+			return nil, nil, errors.Join(errs...)
+		}
+		mod, err := newModule(c, dir, c.Timeout)
+		if err != nil {
+			errs = append(errs, err)
+		} else {
+			p = mod
+		}
 	} else {
 		mk, ok := builtins[c.Name]
 		if !ok {
-			errs = append(errs, fmt.Errorf("unknown plugin %q: the built-ins are %s; give a command for an external plugin",
-				c.Name, strings.Join(Builtins(), ", ")))
+			errs = append(errs, gym.Classify(fmt.Errorf("unknown plugin %q: the built-ins are %s; give a command for an external plugin, "+
+				"or a Python module's dotted path (package.module) for a Real Work plugin module",
+				c.Name, strings.Join(Builtins(), ", ")), gym.ClassInvalidArgument))
 		} else {
 			var err error
 			if p, err = mk(c.Config); err != nil {
@@ -294,7 +414,8 @@ func build(c config.Plugin, dir string) (Plugin, map[Hook]bool, error) {
 			hooks[h] = true
 		}
 	} else if len(c.Command) == 0 {
-		// A built-in runs only its own hooks; hooks may narrow them.
+		// A built-in or a module runs only its own hooks; hooks may
+		// narrow them.
 		for h := range hooks {
 			if !slices.Contains(native, h) {
 				return nil, nil, fmt.Errorf("hooks: %s does not handle %s (it handles %s)", c.Name, h, joinHooks(native))
@@ -312,6 +433,24 @@ func joinHooks(hs []Hook) string {
 		s[i] = string(h)
 	}
 	return strings.Join(s, ", ")
+}
+
+// Close releases what the plugins hold between calls (a module plugin's
+// state directory). Call it once the run is over; a nil *Set has nothing
+// to close.
+func (s *Set) Close() error {
+	if s == nil {
+		return nil
+	}
+	var errs []error
+	for _, e := range s.plugins {
+		if c, ok := e.p.(io.Closer); ok {
+			if err := c.Close(); err != nil {
+				errs = append(errs, fmt.Errorf("plugin %s: close: %w", e.p.Name(), err))
+			}
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // Names returns the names of the enabled plugins, in config order.
@@ -390,6 +529,10 @@ func (s *Set) Fire(ctx context.Context, ev Event) Outcome {
 			tc := *out.ToolCall
 			cur.ToolCall = &tc
 		}
+		if out.Score != nil {
+			sc := *out.Score
+			cur.Score = &sc
+		}
 		cctx, cancel := context.WithTimeout(ctx, e.timeout)
 		start := time.Now()
 		resp, err := e.p.Handle(cctx, &cur)
@@ -412,6 +555,9 @@ func (s *Set) Fire(ctx context.Context, ev Event) Outcome {
 			if resp.Stop {
 				st.Stops++
 			}
+			if resp.Score != nil {
+				st.Scores++
+			}
 		}
 		s.mu.Unlock()
 		if err != nil {
@@ -423,14 +569,33 @@ func (s *Set) Fire(ctx context.Context, ev Event) Outcome {
 			out.Failures = append(out.Failures, Failure{Plugin: name, Hook: ev.Hook, Error: err.Error()})
 			continue
 		}
-		if len(resp.Data) > 0 {
+		if data := dataOf(resp); len(data) > 0 {
 			if out.Data == nil {
 				out.Data = map[string]map[string]any{}
 			}
-			out.Data[name] = resp.Data
+			out.Data[name] = data
 		}
 		if resp.Stop && !out.Stop {
 			out.Stop, out.StoppedBy = true, name
+		}
+		if resp.Score != nil {
+			sc := *resp.Score
+			out.Score = &sc
+			out.ScoredBy = append(out.ScoredBy, name)
+		}
+		if resp.Episode != nil {
+			if out.Episode == nil {
+				out.Episode = &EpisodeChange{}
+			}
+			out.Episode.merge(resp.Episode)
+			out.EpisodeChangedBy = append(out.EpisodeChangedBy, name)
+		}
+		if resp.MoreEpisodes > 0 {
+			out.MoreEpisodes += resp.MoreEpisodes
+			out.ScheduledBy = append(out.ScheduledBy, name)
+		}
+		if resp.Parallel > 0 {
+			out.Parallel, out.ParallelBy = resp.Parallel, name
 		}
 		if ev.Hook != PreAction || ev.ToolCall == nil {
 			continue
@@ -455,15 +620,76 @@ func (s *Set) Fire(ctx context.Context, ev Event) Outcome {
 	return out
 }
 
+// MaxMoreEpisodes bounds the more_episodes of one answer.
+const MaxMoreEpisodes = 10000
+
 // checkResponse rejects answers that make no sense for the hook.
 func checkResponse(h Hook, r Response) error {
+	var errs []error
 	if h != PreAction && (r.Block || r.ToolCall != nil) {
-		return fmt.Errorf("answered block or tool_call to %s; only pre_action may", h)
+		errs = append(errs, fmt.Errorf("answered block or tool_call to %s; only pre_action may", h))
 	}
 	if r.ToolCall != nil && r.ToolCall.Function.Name == "" {
-		return errors.New("answered a tool_call without a function name")
+		errs = append(errs, errors.New("answered a tool_call without a function name"))
 	}
-	return nil
+	if r.Score != nil {
+		if h != PostTest {
+			errs = append(errs, fmt.Errorf("answered score to %s; only post_test may", h))
+		} else if math.IsNaN(*r.Score) || math.IsInf(*r.Score, 0) {
+			errs = append(errs, fmt.Errorf("answered score %v; it must be a finite number", *r.Score))
+		}
+	}
+	if r.Episode != nil {
+		if h != PreEpisode {
+			errs = append(errs, fmt.Errorf("answered episode to %s; only pre_episode may", h))
+		} else {
+			errs = append(errs, r.Episode.check())
+		}
+	}
+	scheduling := h == PreRollout || h == PreEpisode || h == PostEpisode
+	if (r.MoreEpisodes != 0 || r.Parallel != 0) && !scheduling {
+		errs = append(errs, fmt.Errorf("answered more_episodes or parallel to %s; only pre_rollout, pre_episode and post_episode may", h))
+	}
+	if r.MoreEpisodes < 0 || r.MoreEpisodes > MaxMoreEpisodes {
+		errs = append(errs, fmt.Errorf("answered more_episodes %d; it must be in [0, %d]", r.MoreEpisodes, MaxMoreEpisodes))
+	}
+	if r.Parallel < 0 {
+		errs = append(errs, fmt.Errorf("answered parallel %d; it must be positive", r.Parallel))
+	}
+	return errors.Join(errs...)
+}
+
+// check rejects changes that cannot apply to any episode.
+func (c *EpisodeChange) check() error {
+	var errs []error
+	if c.MaxActions != nil && *c.MaxActions < 1 {
+		errs = append(errs, fmt.Errorf("episode.max_actions %d must be at least 1", *c.MaxActions))
+	}
+	for name, v := range map[string]*float64{"global_timeout": c.GlobalTimeout, "command_timeout": c.CommandTimeout} {
+		if v != nil && (math.IsNaN(*v) || math.IsInf(*v, 0) || *v <= 0) {
+			errs = append(errs, fmt.Errorf("episode.%s %v must be a positive number of seconds", name, *v))
+		}
+	}
+	for k := range c.EnvironmentVariables {
+		if k == "" || strings.ContainsAny(k, "=\x00") {
+			errs = append(errs, fmt.Errorf("episode.environment_variables: bad name %q", k))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// dataOf returns the data an answer attaches: its data, with its
+// suggestions under "suggestions".
+func dataOf(r Response) map[string]any {
+	if len(r.Suggestions) == 0 {
+		return r.Data
+	}
+	data := make(map[string]any, len(r.Data)+1)
+	for k, v := range r.Data {
+		data[k] = v
+	}
+	data["suggestions"] = slices.Clone(r.Suggestions)
+	return data
 }
 
 // Stats returns the call counts of every enabled plugin by name.

@@ -25,7 +25,20 @@
 //   - an environment stops once all its tasks stopped;
 //   - safety_limit caps the episodes started by the whole run;
 //   - a plugin answering stop (performance_based_rollout, or an external
-//     plugin) stops an environment, or the run.
+//     plugin) stops an environment, or the run;
+//   - a plugin answering more_episodes adds episodes to an environment's
+//     schedule (after the planned ones, continuing the round-robin over its
+//     tasks), and parallel changes how many run at once from then on.
+//
+// A pre_episode plugin may change the episode before it starts: its
+// environment variables go to Reset as the environment_variables option;
+// its prompt replaces the first user message of the transcript; its
+// max_actions, global_timeout and command_timeout lower the limits the
+// runner enforces (calls past the lowered action limit are not sent, and
+// execute_command calls get the lower timeout), never raise the
+// environment's. The trajectory records what was applied
+// (episode_changes). A post_test plugin's score becomes the episode's
+// final_score, which the statistics use; test_score keeps the tests' own.
 //
 // Success rates count scored episodes only: an episode masked as an
 // infrastructure failure (sandbox_error, verifier_error, policy_error) is

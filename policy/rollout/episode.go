@@ -45,6 +45,18 @@ type episode struct {
 	// preTest is set once pre_test fired for the coming evaluation.
 	preTest bool
 
+	// change is what the pre_episode plugins changed (nil when nothing);
+	// maxActions and commandTimeout are the limits in force, the
+	// environment's or lower (0: none).
+	change         *plugin.EpisodeChange
+	changedBy      []string
+	maxActions     int
+	commandTimeout time.Duration
+	// score is the reward a post_test plugin gave the episode; scoredBy
+	// names the plugins.
+	score    *float64
+	scoredBy []string
+
 	// Outcome, set by end.
 	ended      bool
 	reason     gym.TerminationReason
@@ -62,7 +74,7 @@ var errStopped = errors.New("run stopped")
 
 // runEpisode runs episode j. It returns the trajectory, or errStopped when
 // the run was cancelled (the session is closed either way).
-func (r *Runner) runEpisode(ctx context.Context, j job, preData map[string]map[string]any) (*gym.Trajectory, error) {
+func (r *Runner) runEpisode(ctx context.Context, j job, pre plugin.Outcome) (*gym.Trajectory, error) {
 	ep := &episode{
 		r:     r,
 		env:   j.env,
@@ -80,7 +92,9 @@ func (r *Runner) runEpisode(ctx context.Context, j job, preData map[string]map[s
 			Steps:         []gym.TrajectoryStep{},
 			TestResults:   []gym.TestCommand{},
 		},
-		pluginData: preData,
+		pluginData: mergeOutcome(nil, pre),
+		change:     pre.Episode,
+		changedBy:  pre.EpisodeChangedBy,
 	}
 	ep.traj.StartTime = gym.TimeOf(ep.start)
 	if err := ep.run(ctx); err != nil {
@@ -93,7 +107,15 @@ func (r *Runner) runEpisode(ctx context.Context, j job, preData map[string]map[s
 // cancelled; every other failure ends the episode with a classified
 // outcome.
 func (ep *episode) run(ctx context.Context) error {
-	sess, reset, err := ep.env.env.Reset(ctx, gym.ResetRequest{Task: ep.task.id})
+	req := gym.ResetRequest{Task: ep.task.id}
+	if c := ep.change; c != nil && len(c.EnvironmentVariables) > 0 {
+		vars := make(map[string]any, len(c.EnvironmentVariables))
+		for k, v := range c.EnvironmentVariables {
+			vars[k] = v
+		}
+		req.Options = map[string]any{gym.OptionEnvironmentVariables: vars}
+	}
+	sess, reset, err := ep.env.env.Reset(ctx, req)
 	if err != nil {
 		if ctx.Err() != nil {
 			return errStopped
@@ -115,13 +137,14 @@ func (ep *episode) run(ctx context.Context) error {
 	ep.traj.Messages = slices.Clone(reset.Messages)
 	ep.log = ep.log.With("session_id", sess.ID())
 	defer ep.close(ctx)
+	global := ep.applyChange()
 
 	// The environment's clock started before Reset returned, so its own
 	// deadline passes first and its truncation and evaluation win.
 	ep.start = time.Now()
 	hardCtx := ctx
-	if g := time.Duration(reset.Limits.GlobalTimeout); g > 0 {
-		ep.agentDeadline = ep.start.Add(g)
+	if global > 0 {
+		ep.agentDeadline = ep.start.Add(global)
 		var cancel context.CancelFunc
 		hardCtx, cancel = context.WithDeadline(ctx, ep.agentDeadline.Add(ep.task.evalBudget+ep.r.opts.Grace))
 		defer cancel()
@@ -135,7 +158,7 @@ func (ep *episode) run(ctx context.Context) error {
 		if !ep.agentDeadline.IsZero() && !time.Now().Before(ep.agentDeadline) {
 			return ep.evaluate(ctx, gym.ReasonTimeout)
 		}
-		if m := reset.Limits.MaxActions; m > 0 && ep.actions >= m {
+		if m := ep.maxActions; m > 0 && ep.actions >= m {
 			// Blocked calls count towards the limit but never reach the
 			// environment, which therefore cannot end the episode itself.
 			return ep.evaluate(ctx, gym.ReasonMaxActions)
@@ -183,6 +206,54 @@ func (ep *episode) run(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// applyChange applies the pre_episode plugins' changes once the episode
+// was reset: the prompt in the transcript and the limits the runner
+// enforces, never above the environment's. It records what it applied in
+// the trajectory and returns the episode's time budget (0: none).
+func (ep *episode) applyChange() time.Duration {
+	lim := ep.reset.Limits
+	ep.maxActions, ep.commandTimeout = lim.MaxActions, time.Duration(lim.CommandTimeout)
+	global := time.Duration(lim.GlobalTimeout)
+	c := ep.change
+	if c == nil {
+		return global
+	}
+	rec := &gym.EpisodeChanges{By: ep.changedBy, EnvironmentVariables: c.EnvironmentVariables}
+	if c.Prompt != nil {
+		for i, m := range ep.traj.Messages {
+			if m.Role == gym.RoleUser {
+				rec.OriginalPrompt, rec.Prompt = m.Content, *c.Prompt
+				ep.traj.Messages[i].Content = *c.Prompt
+				break
+			}
+		}
+	}
+	// lower returns the smaller of the environment's limit (0: none) and
+	// the plugins', and warns when the plugins asked for more.
+	lower := func(name string, env, want int64) int64 {
+		if env > 0 && want > env {
+			ep.log.Warn("a plugin asked for a limit above the environment's; the environment's stands",
+				"limit", name, "asked", want, "environment", env, "plugins", strings.Join(ep.changedBy, ", "))
+			return env
+		}
+		return want
+	}
+	if c.MaxActions != nil {
+		ep.maxActions = int(lower("max_actions", int64(ep.maxActions), int64(*c.MaxActions)))
+		rec.MaxActions = ep.maxActions
+	}
+	if c.GlobalTimeout != nil {
+		global = time.Duration(lower("global_timeout", int64(global), int64(*c.GlobalTimeout*float64(time.Second))))
+		rec.GlobalTimeout = gym.Duration(global)
+	}
+	if c.CommandTimeout != nil {
+		ep.commandTimeout = time.Duration(lower("command_timeout", int64(ep.commandTimeout), int64(*c.CommandTimeout*float64(time.Second))))
+		rec.CommandTimeout = gym.Duration(ep.commandTimeout)
+	}
+	ep.traj.EpisodeChanges = rec
+	return global
 }
 
 // act asks the policy for the next turn and records it in the transcript.
@@ -252,6 +323,9 @@ type pending struct {
 	blocked   bool
 	blockedBy string
 	reason    string
+	// limited is set for a call past an action limit that a plugin
+	// lowered: the runner does not send it.
+	limited bool
 }
 
 // step runs the calls of one turn, the last message of the transcript:
@@ -266,8 +340,14 @@ func (ep *episode) step(ctx context.Context, turn gym.Turn) error {
 	calls := ep.traj.Messages[assistant].ToolCalls
 	ps := make([]pending, len(calls))
 	var allowed []gym.ToolCall
+	envMax := ep.reset.Limits.MaxActions
 	for i, c := range calls {
 		ps[i].call = c
+		if m := ep.maxActions; m > 0 && m != envMax && ep.actions+i >= m {
+			// The environment would run it: its own limit is higher.
+			ps[i].limited = true
+			continue
+		}
 		if r.plugins.Wants(plugin.PreAction) {
 			out := r.plugins.Fire(ctx, ep.event(plugin.PreAction, func(ev *plugin.Event) { ev.ToolCall = &c }))
 			ep.absorb(out)
@@ -281,12 +361,19 @@ func (ep *episode) step(ctx context.Context, turn gym.Turn) error {
 				ps[i].call, ps[i].orig = *out.ToolCall, &orig
 			}
 		}
+		if capped, ok := capTimeout(ps[i].call, ep.commandTimeout, time.Duration(ep.reset.Limits.CommandTimeout)); ok {
+			if ps[i].orig == nil {
+				orig := ps[i].call
+				ps[i].orig = &orig
+			}
+			ps[i].call = capped
+		}
 		allowed = append(allowed, ps[i].call)
 	}
 	if ctx.Err() != nil {
 		return errStopped
 	}
-	if m := ep.reset.Limits.MaxActions; ep.endsEpisode(allowed) || (m > 0 && ep.actions+len(calls) >= m) {
+	if m := ep.maxActions; ep.endsEpisode(allowed) || (m > 0 && ep.actions+len(calls) >= m) {
 		ep.firePreTest(ctx, false)
 	}
 	ep.actions += len(calls)
@@ -348,6 +435,9 @@ func (ep *episode) step(ctx context.Context, turn gym.Turn) error {
 		case p.blocked:
 			msg = gym.Message{Content: fmt.Sprintf("Blocked by %s: %s. The call was not executed.", p.blockedBy, p.reason)}
 			info = gym.CallInfo{ExitCode: -1, ErrorClass: gym.ClassAgent, Error: "blocked by " + p.blockedBy + ": " + p.reason, Blocked: true}
+		case p.limited:
+			msg = gym.Message{Content: fmt.Sprintf("Not executed: the action limit (%d) was reached.", ep.maxActions)}
+			info = gym.CallInfo{ExitCode: -1, ErrorClass: gym.ClassAgent, Error: "action limit reached"}
 		case ok:
 			msg, info = m, infos[p.call.ID]
 		default:
@@ -518,8 +608,25 @@ func (ep *episode) firePostTest(ctx context.Context) {
 		return
 	}
 	ev := *ep.eval
-	out := ep.r.plugins.Fire(ctx, ep.event(plugin.PostTest, func(e *plugin.Event) { e.Evaluation, e.Reason = &ev, ep.reason }))
+	score := ev.Reward
+	// The trajectory so far, for evaluators that look at the steps.
+	snapshot := ep.traj
+	snapshot.Steps = slices.Clip(snapshot.Steps)
+	snapshot.Messages = slices.Clip(snapshot.Messages)
+	snapshot.TestResults = ev.Commands
+	snapshot.Evaluation = &ev
+	snapshot.EpisodeResult = gym.EpisodeResult{Success: ev.Success && !ev.Mask, FinalScore: ev.Reward, TerminatedReason: ep.reason,
+		AgentDone: ep.agentDone, Actions: len(ep.traj.Steps), Mask: ev.Mask, Tampered: ev.Tampered,
+		TestsPassed: ev.Passed, TestsTotal: ev.Total, DurationSeconds: time.Since(ep.traj.StartTime.Time).Seconds()}
+	out := ep.r.plugins.Fire(ctx, ep.event(plugin.PostTest, func(e *plugin.Event) {
+		e.Evaluation, e.Reason, e.Score, e.Trajectory = &ev, ep.reason, &score, &snapshot
+	}))
 	ep.absorb(out)
+	if out.Score != nil {
+		sc := *out.Score
+		ep.score = &sc
+		ep.scoredBy = append(ep.scoredBy, out.ScoredBy...)
+	}
 }
 
 // event returns an event of the episode for hook h, adjusted by set.
@@ -538,6 +645,8 @@ func (ep *episode) absorb(out plugin.Outcome) {
 	if out.Stop {
 		ep.r.stopEnv(ep.env, "plugin "+out.StoppedBy)
 	}
+	ep.r.moreEpisodes(ep.env, out.MoreEpisodes, strings.Join(out.ScheduledBy, ", "))
+	ep.r.setParallel(out.Parallel, out.ParallelBy)
 }
 
 // mergeOutcome merges an outcome's data and failures into per-plugin maps.
@@ -553,6 +662,10 @@ func mergeOutcome(m map[string]map[string]any, out plugin.Outcome) map[string]ma
 			m[name] = map[string]any{}
 		}
 		for k, v := range d {
+			if k == "suggestions" {
+				// Suggestions add up over the episode's hooks.
+				v = append(strs(m[name][k]), strs(v)...)
+			}
 			m[name][k] = v
 		}
 	}
@@ -589,6 +702,10 @@ func (ep *episode) finish(ctx context.Context) *gym.Trajectory {
 		t.Evaluation = ev
 		t.TestResults = ev.Commands
 		er.FinalScore = ev.Reward
+		if ep.score != nil {
+			tests := ev.Reward
+			er.FinalScore, er.TestScore, er.ScoreAdjustedBy = *ep.score, &tests, strings.Join(ep.scoredBy, ", ")
+		}
 		er.TestsPassed, er.TestsTotal = ev.Passed, ev.Total
 		if er.ErrorClass == "" && ev.ErrorClass != "" {
 			er.ErrorClass, er.Error = ev.ErrorClass, ev.Error
@@ -609,6 +726,48 @@ func (ep *episode) finish(ctx context.Context) *gym.Trajectory {
 	}
 	t.Plugins = pluginMap(ep.pluginData)
 	return t
+}
+
+// strs returns the strings of v: a []string, or a []any of strings (as
+// JSON decodes them).
+func strs(v any) []string {
+	switch v := v.(type) {
+	case []string:
+		return v
+	case []any:
+		out := make([]string, 0, len(v))
+		for _, x := range v {
+			if s, ok := x.(string); ok {
+				out = append(out, s)
+			}
+		}
+		return out
+	}
+	return nil
+}
+
+// capTimeout returns c with its timeout argument lowered to limit, when c
+// is an execute_command call whose timeout is absent or larger, and limit
+// (a plugin's) is below the environment's own envLimit.
+func capTimeout(c gym.ToolCall, limit, envLimit time.Duration) (gym.ToolCall, bool) {
+	if limit <= 0 || limit == envLimit || c.Function.Name != gym.ToolExecuteCommand {
+		return c, false
+	}
+	var args map[string]any
+	if json.Unmarshal([]byte(c.Function.Arguments), &args) != nil || args == nil {
+		return c, false // the environment explains malformed arguments
+	}
+	secs := limit.Seconds()
+	if t, ok := args["timeout"].(float64); ok && t > 0 && t <= secs {
+		return c, false
+	}
+	args["timeout"] = secs
+	b, err := json.Marshal(args)
+	if err != nil {
+		return c, false
+	}
+	c.Function.Arguments = string(b)
+	return c, true
 }
 
 func pluginMap(m map[string]map[string]any) map[string]any {

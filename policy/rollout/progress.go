@@ -40,6 +40,11 @@ func newProgress(w io.Writer, total, tasks int, showTasks bool) *progress {
 	return &progress{bar: bar, tasks: tasks, showTasks: showTasks, solved: map[string]bool{}}
 }
 
+// grow adds n episodes to the bar's total.
+func (p *progress) grow(n int) {
+	p.bar.ChangeMax(p.bar.GetMax() + n)
+}
+
 // add counts one finished episode of the task with the given key.
 func (p *progress) add(rec Record, task string) {
 	p.done++

@@ -8,10 +8,9 @@ import (
 	"log/slog"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"time"
-
-	"golang.org/x/sync/errgroup"
 
 	"github.com/gymserver/gymserver/envs/config"
 	"github.com/gymserver/gymserver/gym"
@@ -119,11 +118,15 @@ type Runner struct {
 	results  string
 	statsOut string
 	trajDir  string
-	parallel int
 
 	// mu guards the fields below, and the state of every envEntry and
 	// taskEntry.
-	mu          sync.Mutex
+	mu sync.Mutex
+	// parallel is the most episodes that run at once; plugins may change
+	// it.
+	parallel int
+	// queue holds the episodes not started yet, in the order they start.
+	queue       []job
 	records     []finishedRecord
 	started     int
 	runStop     string
@@ -355,38 +358,33 @@ func (r *Runner) Run(ctx context.Context) (*Summary, error) {
 	start := time.Now()
 	plan := PlanFor(r.cfg, r.plans(), r.opts.PolicyName)
 	runData := map[string]map[string]any{}
+	r.mu.Lock()
+	r.queue = r.jobs()
+	r.mu.Unlock()
 	if r.plugins.Wants(plugin.PreRollout) {
 		out := r.plugins.Fire(ctx, plugin.Event{Hook: plugin.PreRollout, Plan: &plan})
 		runData = mergeOutcome(runData, out)
 		if out.Stop {
 			r.stopRun("plugin " + out.StoppedBy)
 		}
+		for _, e := range r.envs {
+			r.moreEpisodes(e, out.MoreEpisodes, strings.Join(out.ScheduledBy, ", "))
+		}
+		r.setParallel(out.Parallel, out.ParallelBy)
 	}
 	if r.opts.Progress != nil {
 		tasks := 0
 		for _, e := range r.envs {
 			tasks += len(e.tasks)
 		}
-		r.progress = newProgress(r.opts.Progress, Total(plan), tasks, tasks > len(r.envs))
+		r.mu.Lock()
+		r.progress = newProgress(r.opts.Progress, Total(PlanFor(r.cfg, r.plans(), r.opts.PolicyName)), tasks, tasks > len(r.envs))
+		r.mu.Unlock()
 	}
-	r.log.Info("rollout started", "environments", len(r.envs), "episodes", Total(plan), "parallel", r.parallel,
+	r.log.Info("rollout started", "environments", len(r.envs), "episodes", Total(plan), "parallel", r.limit(),
 		"policy", r.opts.PolicyName, "trajectories", r.trajDir)
 
-	g := new(errgroup.Group)
-	g.SetLimit(r.parallel)
-	for _, j := range r.jobs() {
-		if ctx.Err() != nil || r.runStopped() {
-			break
-		}
-		if r.jobStopped(j) {
-			continue
-		}
-		g.Go(func() error {
-			r.runJob(ctx, j)
-			return nil
-		})
-	}
-	g.Wait()
+	r.schedule(ctx)
 
 	sum := r.summary(ctx, start, runData)
 	if r.progress != nil {
@@ -405,6 +403,99 @@ func (r *Runner) Run(ctx context.Context) (*Summary, error) {
 		return sum, werr
 	}
 	return sum, ctx.Err()
+}
+
+// schedule runs the queued episodes, at most r.parallel at a time, until
+// the queue is empty or the run stops, and waits for them. Plugins may
+// add episodes to the queue and change r.parallel while it runs, which
+// errgroup's fixed limit cannot follow.
+func (r *Runner) schedule(ctx context.Context) {
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	running := 0
+	for {
+		for ctx.Err() == nil && running < r.limit() {
+			j, ok := r.nextJob()
+			if !ok {
+				break
+			}
+			running++
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				r.runJob(ctx, j)
+				done <- struct{}{}
+			}()
+		}
+		if running == 0 {
+			break
+		}
+		<-done
+		running--
+	}
+	wg.Wait()
+}
+
+// limit returns the most episodes that may run at once.
+func (r *Runner) limit() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.parallel
+}
+
+// nextJob takes the next episode to start off the queue, skipping those
+// whose environment or task stopped; false when none is left or the run
+// stopped.
+func (r *Runner) nextJob() (job, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for len(r.queue) > 0 && r.runStop == "" {
+		j := r.queue[0]
+		r.queue = r.queue[1:]
+		if !j.env.stopped && j.task.stopReason == "" {
+			return j, true
+		}
+	}
+	return job{}, false
+}
+
+// moreEpisodes adds n episodes to e's schedule, continuing its
+// round-robin over its tasks, at the end of the queue.
+func (r *Runner) moreEpisodes(e *envEntry, n int, by string) {
+	if n <= 0 || len(e.tasks) == 0 {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	byOrder := make(map[int]*taskEntry, len(e.tasks))
+	for _, t := range e.tasks {
+		byOrder[t.order] = t
+	}
+	m := len(e.plan.Tasks)
+	for i := e.plan.Episodes; i < e.plan.Episodes+n; i++ {
+		if t := byOrder[i%m]; t != nil {
+			r.queue = append(r.queue, job{env: e, task: t, index: i / m, seq: i})
+		}
+	}
+	e.plan.Episodes += n
+	if r.progress != nil {
+		r.progress.grow(n)
+	}
+	r.log.Info("plugin scheduled more episodes", "env", e.id, "episodes", n, "plugin", by)
+}
+
+// setParallel changes the most episodes that run at once; n <= 0 keeps
+// it.
+func (r *Runner) setParallel(n int, by string) {
+	if n <= 0 {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if n != r.parallel {
+		r.log.Info("plugin changed parallelism", "parallel", n, "was", r.parallel, "plugin", by)
+		r.parallel = n
+	}
 }
 
 // plans returns the plan of every environment, in order.
@@ -481,17 +572,19 @@ func (r *Runner) runJob(ctx context.Context, j job) {
 	if !r.begin(j) {
 		return
 	}
-	var preData map[string]map[string]any
+	var pre plugin.Outcome
 	if r.plugins.Wants(plugin.PreEpisode) {
-		out := r.plugins.Fire(ctx, plugin.Event{Hook: plugin.PreEpisode, Env: j.env.id, Task: j.task.id, Episode: j.index})
-		preData = mergeOutcome(nil, out)
-		if out.Stop {
-			r.stopEnv(j.env, "plugin "+out.StoppedBy)
+		settings := r.settings(j)
+		pre = r.plugins.Fire(ctx, plugin.Event{Hook: plugin.PreEpisode, Env: j.env.id, Task: j.task.id, Episode: j.index, Environment: &settings})
+		r.moreEpisodes(j.env, pre.MoreEpisodes, strings.Join(pre.ScheduledBy, ", "))
+		r.setParallel(pre.Parallel, pre.ParallelBy)
+		if pre.Stop {
+			r.stopEnv(j.env, "plugin "+pre.StoppedBy)
 			r.unbegin(j)
 			return
 		}
 	}
-	t, err := r.runEpisode(ctx, j, preData)
+	t, err := r.runEpisode(ctx, j, pre)
 	if err != nil {
 		r.mu.Lock()
 		r.stopped++
@@ -509,6 +602,32 @@ func (r *Runner) runJob(ctx context.Context, j job) {
 	log.Info("episode finished", "reward", er.FinalScore, "success", er.Success,
 		"reason", er.TerminatedReason, "error_class", er.ErrorClass, "actions", er.Actions, "duration", time.Duration(er.DurationSeconds*float64(time.Second)).Round(time.Millisecond))
 	r.finished(j, recordOf(t, r.relative(path)), t)
+}
+
+// settings returns what the config says of episode j's settings, for
+// pre_episode.
+func (r *Runner) settings(j job) plugin.EpisodeSettings {
+	ec, ok := r.cfg.Environment(j.env.id)
+	if !ok {
+		return plugin.EpisodeSettings{}
+	}
+	if tc, ok := ec.Task(j.task.id); ok {
+		ec.Prompt, ec.UnitTests, ec.DockerImage, ec.Timeouts, ec.MaxActions = tc.Prompt, tc.UnitTests, tc.DockerImage, tc.Timeouts, tc.MaxActions
+	} else if len(ec.Tasks) > 0 || ec.TasksFile != "" || ec.TasksDir != "" {
+		// A dataset's task: its prompt is known once it is reset.
+		ec.Prompt, ec.UnitTests = "", nil
+	}
+	return plugin.EpisodeSettings{
+		DockerImage:          ec.DockerImage,
+		WorkingDirectory:     ec.WorkingDirectory,
+		Prompt:               ec.Prompt,
+		EnvironmentVariables: ec.EnvironmentVariables,
+		UnitTests:            ec.UnitTests,
+		MaxActions:           ec.MaxActions,
+		GlobalTimeout:        ec.Timeouts.Global.Seconds(),
+		CommandTimeout:       ec.Timeouts.Command.Seconds(),
+		TestTimeout:          ec.Timeouts.Test.Seconds(),
+	}
 }
 
 // relative returns path relative to the results file's directory when it
