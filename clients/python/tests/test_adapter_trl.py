@@ -1,0 +1,473 @@
+"""TRL adapter tests: the adapter driven by stand-ins of TRL's GRPOTrainer and AsyncGRPOTrainer worker, on both backends.
+
+The stand-ins (tests/standins/trl) are importable packages named ``trl`` and
+``transformers``; each test puts them first on ``sys.path``, imports the
+adapter afresh (so its "TRL installed" path runs) and restores
+``sys.modules`` afterwards. The model is scripted (``scripted_policy``):
+the dataset prompt names a plan, e.g. ``[plan:solve|idle]`` (the two
+generations of a group take one alternative each).
+
+``test_twin_*`` run the same episodes through TRL's real code from the
+mirror when ``GYMSERVER_UPSTREAM_MIRROR`` is set (see the twin section).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import importlib
+import json
+import math
+import os
+import pickle
+import queue as queue_mod
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import types
+from pathlib import Path
+from typing import Any, Dict, Iterator, List, Optional
+
+import pytest
+
+from conftest import Backend, wait_no_sessions
+from gymserver import Client
+from gymserver.adapters import _shared
+from gymserver.errors import GymServerError
+
+HERE = Path(__file__).resolve().parent
+STANDINS = HERE / "standins" / "trl"
+ADAPTER = "gymserver.adapters.trl"
+STANDIN_TOP = ("trl", "transformers", "scripted_policy")
+
+
+def _ours(name: str) -> bool:
+    return name == ADAPTER or any(name == top or name.startswith(top + ".") for top in STANDIN_TOP)
+
+
+@contextlib.contextmanager
+def installed(path: Optional[Path], version: Optional[str] = None) -> Iterator[types.ModuleType]:
+    """installed puts the packages under path first on sys.path, imports the adapter afresh and yields it.
+
+    With path None no TRL is importable. Afterwards sys.path, sys.modules
+    and the ``gymserver.adapters.trl`` attribute are as before.
+    """
+    import gymserver.adapters as adapters_pkg
+
+    saved = {n: m for n, m in sys.modules.items() if _ours(n)}
+    had_attr = hasattr(adapters_pkg, "trl")
+    saved_attr = getattr(adapters_pkg, "trl", None)
+    for n in saved:
+        del sys.modules[n]
+    if path is not None:
+        sys.path.insert(0, str(path))
+    try:
+        if path is not None:
+            trl = importlib.import_module("trl")
+            if version is not None:
+                trl.__version__ = version
+        yield importlib.import_module(ADAPTER)
+    finally:
+        if path is not None:
+            sys.path.remove(str(path))
+        for n in [n for n in sys.modules if _ours(n)]:
+            del sys.modules[n]
+        sys.modules.update(saved)
+        if had_attr:
+            adapters_pkg.trl = saved_attr
+        elif hasattr(adapters_pkg, "trl"):
+            del adapters_pkg.trl
+
+
+@pytest.fixture
+def adapter() -> Iterator[types.ModuleType]:
+    """adapter is gymserver.adapters.trl imported with the TRL stand-ins installed."""
+    with installed(STANDINS) as mod:
+        import scripted_policy
+
+        scripted_policy.reset_choices()
+        yield mod
+
+
+@pytest.fixture(autouse=True)
+def _fresh_shared_clients() -> Iterator[None]:
+    yield
+    _shared.close_shared()
+
+
+def row(plan: str, **columns: Any) -> Dict[str, Any]:
+    """row is one dataset row whose (conversational) prompt names a scripted plan."""
+    return {"prompt": [{"role": "user", "content": f"[plan:{plan}]"}], **columns}
+
+
+def server_tools(b: Backend, env: str) -> List[Dict[str, Any]]:
+    """server_tools are the OpenAI tool schemas the server lists for env."""
+    with Client(b.url) as c:
+        return [dict(t) for e in c.envs() if e["id"] == env for t in e["tools"]]
+
+
+def shown(schema: Dict[str, Any]) -> Dict[str, Any]:
+    """shown is what a tool schema tells the model: name, description, parameter types/descriptions/enums, required."""
+    fn = schema["function"]
+    params = fn.get("parameters") or {}
+    props = {}
+    for k, v in (params.get("properties") or {}).items():
+        props[k] = {"type": v.get("type"), "description": v.get("description", "")}
+        if "enum" in v:
+            props[k]["enum"] = v["enum"]
+    return {"name": fn["name"], "description": fn.get("description", ""), "properties": props, "required": sorted(params.get("required") or [])}
+
+
+def decode(ids: Any) -> str:
+    """decode turns (padded) ids back into text, without padding."""
+    return "".join(chr(int(i)) for i in ids if int(i) != 0)
+
+
+def masked_row(b: Backend) -> Dict[str, Any]:
+    """masked_row is a group whose samples fail for infrastructure reasons: a sandbox error (fake) or a broken verifier (live)."""
+    if b.kind == "fake":
+        return row("sandbox|write")
+    return row("solve|write", env="verifier_broken")
+
+
+def make_trainer(adapter: types.ModuleType, b: Backend, **config: Any) -> Any:
+    """make_trainer builds the stand-in GRPOTrainer with gymserver's environment_factory and nothing else as reward."""
+    from scripted_policy import ScriptedModel, ToyTokenizer
+    from trl.trainer.grpo_trainer import GRPOConfig, GRPOTrainer
+
+    factory_kw = config.pop("factory", {})
+    reward_funcs = config.pop("reward_funcs", None)
+    args = GRPOConfig(**{"num_generations": 2, "max_completion_length": 20000, **config})
+    factory = adapter.tool_env_factory(url=b.url, env=b.env, **factory_kw)
+    return GRPOTrainer(model=ScriptedModel(), reward_funcs=reward_funcs, args=args, processing_class=ToyTokenizer(), environment_factory=factory)
+
+
+# --- without TRL -------------------------------------------------------------
+
+
+def test_importable_without_trl() -> None:
+    with installed(None) as mod:
+        assert mod.HAVE_TRL is False and mod.TRL_VERSION is None
+        assert not hasattr(mod, "GRPOTrainer")
+        assert mod.GymServerRewardEnv.__mro__[1:] == (mod.GymServerToolEnv, object)
+
+
+def test_old_trl_gets_no_get_reward() -> None:
+    with installed(STANDINS, version="1.7.1") as mod:
+        assert mod.HAVE_TRL and mod.TRL_VERSION == "1.7.1"
+        with pytest.raises(ValueError, match="owns_reward=False"):
+            mod.tool_env_factory(url="ws://127.0.0.1:1", env="calculator_api")
+        f = mod.tool_env_factory(url="ws://127.0.0.1:1", env="calculator_api", owns_reward=False, tools=[])
+        assert not hasattr(f(), "get_reward")
+
+
+# --- tools --------------------------------------------------------------------
+
+
+def test_tool_methods_follow_the_schemas(adapter: types.ModuleType) -> None:
+    from transformers.utils import get_json_schema
+
+    tools = [
+        {"type": "function", "function": {"name": "search", "description": "Search the\n  index.  Args: none", "parameters": {
+            "type": "object",
+            "properties": {
+                "limit": {"type": "integer", "description": "Most results."},
+                "query": {"type": "string", "description": "Words."},
+                "ratio": {"type": ["number", "null"], "description": "A ratio."},
+                "exact": {"type": "boolean"},
+                "tags": {"type": "array", "items": {"type": "string"}, "description": "Tags."},
+                "filters": {"type": "object", "description": "Filters."},
+                "mode": {"type": "string", "enum": ["fast", "full"], "description": "How."},
+            },
+            "required": ["query", "mode"],
+        }}},
+        {"type": "function", "function": {"name": "bad-name", "description": "x", "parameters": {"type": "object", "properties": {}}}},
+        {"type": "function", "function": {"name": "kw", "description": "x", "parameters": {"type": "object", "properties": {"from": {"type": "string"}}}}},
+        {"type": "function", "function": {"name": "done", "description": "clashes with the state attribute", "parameters": {"type": "object", "properties": {}}}},
+        {"type": "function", "function": {"name": "get_reward", "description": "reserved", "parameters": {"type": "object", "properties": {}}}},
+        {"type": "function", "function": {"name": "noargs", "description": "", "parameters": {"type": "object", "properties": {}}}},
+    ]
+    env = adapter.tool_env_factory(url="ws://127.0.0.1:1", env="x", tools=tools)()
+    import inspect
+
+    public = sorted(n for n, _ in inspect.getmembers(env, inspect.ismethod) if not n.startswith("_"))
+    assert public == ["get_reward", "noargs", "reset", "search"]
+    assert env.done is False
+    schema = get_json_schema(env.search)
+    assert schema == {"type": "function", "function": {
+        "name": "search",
+        "description": "Search the index. Args - none",
+        "parameters": {"type": "object", "properties": {
+            "limit": {"type": "integer", "description": "Most results."},
+            "query": {"type": "string", "description": "Words."},
+            "ratio": {"type": "number", "description": "A ratio."},
+            "exact": {"type": "boolean", "description": "The exact argument."},
+            "tags": {"type": "array", "items": {"type": "string"}, "description": "Tags."},
+            "filters": {"type": "object", "description": "Filters."},
+            "mode": {"type": "string", "enum": ["fast", "full"], "description": "How."},
+        }, "required": ["query", "mode"]},
+    }}
+    assert get_json_schema(env.noargs)["function"] == {"name": "noargs", "description": "Call the noargs tool.", "parameters": {"type": "object", "properties": {}}}
+    # Python's own argument errors, which TRL turns into {"error": ...} tool messages
+    with pytest.raises(TypeError, match="query"):
+        env.search(mode="fast")
+    with pytest.raises(TypeError, match="bogus"):
+        env.search(query="q", mode="fast", bogus=1)
+    with pytest.raises(RuntimeError, match="reset"):
+        env.search(query="q", mode="fast")
+
+
+def test_factory_pickles_as_plain_data(adapter: types.ModuleType) -> None:
+    f = adapter.tool_env_factory(url="ws://127.0.0.1:1", env="calculator_api", seed=3, options={"a": 1})
+    g = pickle.loads(pickle.dumps(f))  # no connection is made: the URL is dead
+    assert type(g) is adapter.GymServerEnvFactory and vars(g) == vars(f)
+
+
+# --- GRPOTrainer ----------------------------------------------------------------
+
+
+def test_grpo_shows_the_servers_tools(adapter: types.ModuleType, backend: Backend) -> None:
+    trainer = make_trainer(adapter, backend)
+    try:
+        assert trainer.reward_func_names == ["GymServerRewardEnv"]
+        assert sorted(t.__name__ for t in trainer._env_tools[None]) == sorted(t["function"]["name"] for t in server_tools(backend, backend.env))
+        out = trainer._generate_and_score_completions([row("idle")] * 2)
+        from scripted_policy import rendered_tools
+
+        prompt = decode(out["prompt_ids"][0])
+        want = sorted((shown(t) for t in server_tools(backend, backend.env)), key=lambda s: s["name"])
+        got = sorted((shown(t) for t in rendered_tools(prompt)), key=lambda s: s["name"])
+        assert got == want
+        # reset's task prompt follows the dataset prompt after a blank line
+        assert "[plan:idle]\n\n" + trainer.environments[0].prompt in prompt
+    finally:
+        trainer.close()
+    wait_no_sessions(backend)
+
+
+def test_grpo_episodes(adapter: types.ModuleType, backend: Backend) -> None:
+    trainer = make_trainer(adapter, backend)
+    try:
+        from trl.trainer.grpo_trainer import repeat_rows
+
+        out = trainer._generate_and_score_completions(repeat_rows([row("solve|idle"), masked_row(backend)], 2))
+        rewards = trainer._logs["rewards"]["GymServerRewardEnv"]
+        envs = trainer.environments
+        # solve: mark_done ended the episode with the hidden tests' reward; idle: the starter is evaluated
+        assert rewards[0] == pytest.approx(1.0) and envs[0].termination_reason == "completed"
+        assert rewards[1] < 1.0 and not envs[1].masked and envs[1].evaluation is not None
+        # the masked samples: None for TRL, so NaN, unscorable, advantage 0 (fake: the group's other sample is
+        # scored alone, so its advantage is 0 too; live: the broken verifier masks both)
+        masked = [2] if backend.kind == "fake" else [2, 3]
+        for i in masked:
+            assert envs[i].masked and math.isnan(rewards[i]) and envs[i].error
+        if backend.kind == "fake":
+            assert not envs[3].masked and rewards[3] == pytest.approx(1.0)
+        adv = out["advantages"].tolist()
+        assert adv[0] > 0 > adv[1] and adv[2] == 0.0 and adv[3] == 0.0
+        # tool outputs are context (tool_mask 0), model tokens are trained (1); shapes line up
+        cm, tm, ids = out["completion_mask"], out["tool_mask"], out["completion_ids"]
+        assert cm.shape == tm.shape == ids.shape
+        solved = [int(t) for t, m, c in zip(ids[0], tm[0], cm[0]) if m == 1 and c == 1]
+        context = decode(t for t, m, c in zip(ids[0], tm[0], cm[0]) if m == 0 and c == 1)
+        model_text = decode(solved)
+        assert model_text.startswith("[chose:solve]<tool_call>") and '"mark_done"' in model_text and "<tool_response>" not in model_text
+        assert context.count("<tool_response>") == 2 and "2632" in context
+        assert decode(ids[1]).startswith("[chose:idle]") and tm[1].min() == 1
+        assert all(e._session is None for e in envs)
+    finally:
+        trainer.close()
+    wait_no_sessions(backend)
+
+
+def test_grpo_trainer_side_cuts(adapter: types.ModuleType, backend: Backend) -> None:
+    # max_tool_calling_iterations=1: the mark_done call is generated but never run; the reward evaluates what is there
+    trainer = make_trainer(adapter, backend, max_tool_calling_iterations=1)
+    try:
+        trainer._generate_and_score_completions([row("solve")] * 2)
+        env = trainer.environments[0]
+        text = trainer._logs["completion"][0]
+        assert '"mark_done"' in text and text.count("<tool_response>") == 1
+        assert trainer._logs["rewards"]["GymServerRewardEnv"] == [pytest.approx(1.0)] * 2
+        assert env.termination_reason == "" and env.evaluation is not None and not env.masked
+    finally:
+        trainer.close()
+    wait_no_sessions(backend)
+    # cut by length: read_file's output would overflow max_completion_length, so TRL drops it and ends the rollout
+    trainer = make_trainer(adapter, backend, max_completion_length=4500)
+    try:
+        out = trainer._generate_and_score_completions([row("long")] * 2)
+        text = trainer._logs["completion"][0]
+        assert '"read_file"' in text and text.count("<tool_response>") == 1
+        assert len(out["completion_ids"][0]) <= 4500 and out["tool_mask"][0].tolist().count(0) > 0
+        assert trainer._logs["rewards"]["GymServerRewardEnv"] == [pytest.approx(1.0)] * 2
+    finally:
+        trainer.close()
+    wait_no_sessions(backend)
+
+
+def test_grpo_server_budget(adapter: types.ModuleType, backend: Backend) -> None:
+    if backend.kind == "fake":
+        pytest.skip("the fake server does not enforce max_actions")
+    trainer = make_trainer(adapter, backend)
+    try:
+        trainer._generate_and_score_completions([row("budget")] * 2)
+        env = trainer.environments[0]
+        assert env.termination_reason == "max_actions" and env.done and not env.masked
+        assert trainer._logs["rewards"]["GymServerRewardEnv"] == [pytest.approx(1.0)] * 2
+        assert trainer._logs["completion"][0].count("the episode has ended") == 2  # calls 61 and 62 never reach the server
+    finally:
+        trainer.close()
+    wait_no_sessions(backend)
+
+
+def test_grpo_bad_arguments(adapter: types.ModuleType, backend: Backend) -> None:
+    trainer = make_trainer(adapter, backend)
+    try:
+        trainer._generate_and_score_completions([row("bad-args")] * 2)
+        text = trainer._logs["completion"][0]
+        assert "{'error': \"missing a required argument: 'content'\"}" in text
+        assert "{'error': \"got an unexpected keyword argument 'shell'\"}" in text
+        assert trainer._metrics["train"]["tools/failure_frequency"] == [pytest.approx(4 / 6)]
+        assert trainer._logs["rewards"]["GymServerRewardEnv"] == [pytest.approx(1.0)] * 2
+    finally:
+        trainer.close()
+    wait_no_sessions(backend)
+
+
+def dead_url() -> str:
+    """dead_url is a ws:// URL where nothing listens."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    return f"ws://127.0.0.1:{port}"
+
+
+def test_grpo_reset_errors(adapter: types.ModuleType, backend: Backend) -> None:
+    # an unknown environment is a configuration error: it raises, as TRL would crash the step
+    trainer = make_trainer(adapter, backend)
+    try:
+        with pytest.raises(GymServerError, match="not_found"):
+            trainer._generate_and_score_completions([row("idle", env="no_such_env")] * 2)
+    finally:
+        trainer.close()
+    wait_no_sessions(backend)
+    # an infrastructure failure (here: no server to reach) masks the sample instead
+    tools = server_tools(backend, backend.env)
+    trainer = make_trainer(adapter, backend, factory={"tools": tools})
+    trainer.environment_factories[None].url = dead_url()
+    for e in trainer._environment_pool[None]:
+        e._config = trainer.environment_factories[None]
+    try:
+        out = trainer._generate_and_score_completions([row("solve")] * 2)
+        env = trainer.environments[0]
+        assert env.masked and env.error.startswith("reset: connection_lost")
+        assert "environment failed" in trainer._logs["completion"][0]
+        assert all(math.isnan(r) for r in trainer._logs["rewards"]["GymServerRewardEnv"])
+        assert out["advantages"].tolist() == [0.0, 0.0]
+    finally:
+        trainer.close()
+    wait_no_sessions(backend)
+
+
+def test_grpo_reward_function_path(adapter: types.ModuleType, backend: Backend) -> None:
+    trainer = make_trainer(adapter, backend, factory={"owns_reward": False}, reward_funcs=[adapter.gymserver_reward])
+    try:
+        assert trainer.reward_func_names == ["gymserver_reward"]
+        trainer._generate_and_score_completions([row("write|idle"), row("write|idle"), masked_row(backend), masked_row(backend)])
+        rewards = trainer._logs["rewards"]["gymserver_reward"]
+        assert rewards[0] == pytest.approx(1.0) and rewards[1] < 1.0 and math.isnan(rewards[2])
+        assert math.isnan(rewards[3]) if backend.kind == "live" else rewards[3] == pytest.approx(1.0)
+    finally:
+        trainer.close()
+    wait_no_sessions(backend)
+    trainer = make_trainer(adapter, backend, factory={"owns_reward": False}, reward_funcs=[adapter.gymserver_reward_async])
+    try:
+        trainer._generate_and_score_completions([row("solve|write")] * 2)
+        assert trainer._logs["rewards"]["gymserver_reward_async"] == [pytest.approx(1.0)] * 2
+    finally:
+        trainer.close()
+    wait_no_sessions(backend)
+
+
+def test_reward_function_misuse(adapter: types.ModuleType) -> None:
+    with pytest.raises(ValueError, match="AsyncGRPOTrainer"):
+        adapter.gymserver_reward(["c"])  # what AsyncGRPOTrainer's _score_group passes: no environments
+    owning = adapter.tool_env_factory(url="ws://127.0.0.1:1", env="x", tools=[])()
+    with pytest.raises(ValueError, match="twice"):
+        adapter.gymserver_reward(["c"], environments=[owning])
+    other = adapter.tool_env_factory(url="ws://127.0.0.1:1", env="x", tools=[], owns_reward=False)()
+    assert adapter.gymserver_reward(["c", "d"], environments=[other, object()]) == [None, None]  # never reset; not gymserver's
+
+
+# --- AsyncGRPOTrainer ------------------------------------------------------------
+
+
+def row_plans(sample: Any) -> List[str]:
+    """row_plans are the alternatives of the plan named in a sample's prompt."""
+    import re
+
+    return re.search(r"\[plan:([\w|-]+)\]", sample.prompt[-1]["content"]).group(1).split("|")
+
+
+def run_async_worker(adapter: types.ModuleType, b: Backend, rows: List[Dict[str, Any]], groups: int, worker_cls: Any = None) -> List[Any]:
+    """run_async_worker starts AsyncGRPOTrainer's (stand-in) rollout worker in a spawned process and collects groups*2 samples."""
+    from scripted_policy import ToyTokenizer
+    from trl.experimental.async_grpo.async_rollout_worker import AsyncRolloutWorker
+
+    worker_cls = worker_cls or AsyncRolloutWorker
+    worker = worker_cls(
+        model_name="scripted",
+        dataset=rows,
+        reward_funcs=[],
+        processing_class=ToyTokenizer(),
+        environment_factory=adapter.tool_env_factory(url=b.url, env=b.env),
+        num_generations=2,
+        max_inflight_tasks=2,
+        max_tokens=20000,
+    )
+    worker.start()
+    samples = []
+    try:
+        while len(samples) < groups * 2:
+            try:
+                samples.append(worker.rollout_buffer.get(timeout=5))
+            except queue_mod.Empty:
+                worker.check_health()
+                assert worker._process is not None and worker._process.is_alive(), "the rollout worker died"
+    finally:
+        # Keep reading while the child winds down: a process exits only once its queued samples are flushed.
+        worker._stop_event_mp.set()
+        deadline = time.monotonic() + 60
+        while worker._process is not None and worker._process.is_alive() and time.monotonic() < deadline:
+            try:
+                worker.rollout_buffer.get(timeout=0.2)
+            except queue_mod.Empty:
+                pass
+        worker.stop()
+    return samples
+
+
+def test_async_grpo_worker(adapter: types.ModuleType, backend: Backend) -> None:
+    samples = run_async_worker(adapter, backend, [row("solve|idle"), masked_row(backend)], groups=2)
+    by_group: Dict[int, List[Any]] = {}
+    for s in samples:  # within a group, in the order the plans were chosen (completion order may differ)
+        by_group.setdefault(s.group_id, []).append(s)
+    for group in by_group.values():
+        group.sort(key=lambda s: s.completion[0]["content"] != "[chose:" + row_plans(s)[0] + "]")
+    solved, idle = by_group[0]
+    assert solved.metrics["rewards/GymServerRewardEnv"] == pytest.approx(1.0) and idle.metrics["rewards/GymServerRewardEnv"] < 1.0
+    assert solved.advantage > 0 > idle.advantage
+    masked = by_group[1][:1] if backend.kind == "fake" else by_group[1]
+    for s in masked:  # NaN reward, advantage 0
+        assert math.isnan(s.metrics["rewards/GymServerRewardEnv"]) and s.advantage == 0.0
+    from scripted_policy import rendered_tools
+
+    text = decode(solved.input_ids)
+    want = sorted((shown(t) for t in server_tools(backend, backend.env)), key=lambda s: s["name"])
+    assert sorted((shown(t) for t in rendered_tools(text)), key=lambda s: s["name"]) == want
+    assert [m["role"] for m in solved.completion][:4] == ["assistant", "tool", "assistant", "tool"]
+    assert len(solved.input_ids) == len(solved.completion_mask) and 0 in solved.completion_mask
+    wait_no_sessions(backend)
