@@ -16,19 +16,22 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import importlib
+import io
 import json
 import math
 import os
 import pickle
 import queue as queue_mod
+import shutil
 import socket
 import subprocess
 import sys
+import tarfile
 import tempfile
 import time
 import types
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Optional
+from typing import Any, Dict, Iterator, List, Optional, Sequence
 
 import pytest
 
@@ -39,8 +42,13 @@ from gymserver.errors import GymServerError
 
 HERE = Path(__file__).resolve().parent
 STANDINS = HERE / "standins" / "trl"
+TWIN_STUBS = STANDINS / "twin"
 ADAPTER = "gymserver.adapters.trl"
-STANDIN_TOP = ("trl", "transformers", "scripted_policy")
+# STANDIN_TOP are the top-level modules the stand-ins and the twin stubs provide; they are removed after each use.
+STANDIN_TOP = (
+    "trl", "transformers", "scripted_policy", "json_schema_rules", "twin_grpo", "_twin_stub",
+    "accelerate", "aiohttp", "datasets", "huggingface_hub", "jinja2", "jmespath", "pandas", "pyarrow", "vllm",
+)
 
 
 def _ours(name: str) -> bool:
@@ -48,33 +56,36 @@ def _ours(name: str) -> bool:
 
 
 @contextlib.contextmanager
-def installed(path: Optional[Path], version: Optional[str] = None) -> Iterator[types.ModuleType]:
-    """installed puts the packages under path first on sys.path, imports the adapter afresh and yields it.
+def installed(paths: Sequence[Path], version: Optional[str] = None) -> Iterator[types.ModuleType]:
+    """installed puts paths first on sys.path (TRL importable from them), imports the adapter afresh and yields it.
 
-    With path None no TRL is importable. Afterwards sys.path, sys.modules
-    and the ``gymserver.adapters.trl`` attribute are as before.
+    With no paths, TRL is not importable. Afterwards sys.path, sys.modules,
+    sys.meta_path and the ``gymserver.adapters.trl`` attribute are as before.
     """
     import gymserver.adapters as adapters_pkg
 
     saved = {n: m for n, m in sys.modules.items() if _ours(n)}
     had_attr = hasattr(adapters_pkg, "trl")
     saved_attr = getattr(adapters_pkg, "trl", None)
+    finders_before = set(map(id, sys.meta_path))
     for n in saved:
         del sys.modules[n]
-    if path is not None:
-        sys.path.insert(0, str(path))
+    entries = [str(p) for p in paths]
+    sys.path[0:0] = entries
     try:
-        if path is not None:
+        if entries:
             trl = importlib.import_module("trl")
             if version is not None:
                 trl.__version__ = version
         yield importlib.import_module(ADAPTER)
     finally:
-        if path is not None:
-            sys.path.remove(str(path))
+        for e in entries:
+            sys.path.remove(e)
         for n in [n for n in sys.modules if _ours(n)]:
             del sys.modules[n]
         sys.modules.update(saved)
+        # the twin stubs' finder goes; finders other imports installed meanwhile (six's, say) stay
+        sys.meta_path[:] = [f for f in sys.meta_path if id(f) in finders_before or type(f).__module__ != "_twin_stub"]
         if had_attr:
             adapters_pkg.trl = saved_attr
         elif hasattr(adapters_pkg, "trl"):
@@ -84,7 +95,7 @@ def installed(path: Optional[Path], version: Optional[str] = None) -> Iterator[t
 @pytest.fixture
 def adapter() -> Iterator[types.ModuleType]:
     """adapter is gymserver.adapters.trl imported with the TRL stand-ins installed."""
-    with installed(STANDINS) as mod:
+    with installed([STANDINS]) as mod:
         import scripted_policy
 
         scripted_policy.reset_choices()
@@ -148,14 +159,14 @@ def make_trainer(adapter: types.ModuleType, b: Backend, **config: Any) -> Any:
 
 
 def test_importable_without_trl() -> None:
-    with installed(None) as mod:
+    with installed([]) as mod:
         assert mod.HAVE_TRL is False and mod.TRL_VERSION is None
         assert not hasattr(mod, "GRPOTrainer")
         assert mod.GymServerRewardEnv.__mro__[1:] == (mod.GymServerToolEnv, object)
 
 
 def test_old_trl_gets_no_get_reward() -> None:
-    with installed(STANDINS, version="1.7.1") as mod:
+    with installed([STANDINS], version="1.7.1") as mod:
         assert mod.HAVE_TRL and mod.TRL_VERSION == "1.7.1"
         with pytest.raises(ValueError, match="owns_reward=False"):
             mod.tool_env_factory(url="ws://127.0.0.1:1", env="calculator_api")
@@ -247,36 +258,50 @@ def test_grpo_shows_the_servers_tools(adapter: types.ModuleType, backend: Backen
     wait_no_sessions(backend)
 
 
+def episode_rows(b: Backend) -> List[Dict[str, Any]]:
+    """episode_rows is one generation batch (2 groups of 2): [solve|idle] and a masked group."""
+    return [row("solve|idle")] * 2 + [masked_row(b)] * 2
+
+
+def check_grpo_episode(trainer: Any, out: Dict[str, Any], b: Backend) -> None:
+    """check_grpo_episode asserts what GRPOTrainer made of episode_rows: rewards, advantages, masks."""
+    rewards = list(trainer._logs["rewards"]["GymServerRewardEnv"])
+    envs = trainer.environments
+    # solve: mark_done ended the episode with the hidden tests' reward; idle: the starter is evaluated
+    assert rewards[0] == pytest.approx(1.0) and envs[0].termination_reason == "completed"
+    assert rewards[1] < 1.0 and not envs[1].masked and envs[1].evaluation is not None
+    # the masked samples: None for TRL, so NaN, unscorable, advantage 0 (fake: the group's other sample is
+    # scored alone, so its advantage is 0 too; live: the broken verifier masks both)
+    masked = [2] if b.kind == "fake" else [2, 3]
+    for i in masked:
+        assert envs[i].masked and math.isnan(rewards[i]) and envs[i].error
+    if b.kind == "fake":
+        assert not envs[3].masked and rewards[3] == pytest.approx(1.0)
+    adv = out["advantages"].tolist()
+    assert adv[0] > 0 > adv[1] and adv[2] == 0.0 and adv[3] == 0.0
+    # tool outputs are context (tool_mask 0), model tokens are trained (1); shapes line up
+    cm, tm, ids = out["completion_mask"], out["tool_mask"], out["completion_ids"]
+    assert cm.shape == tm.shape == ids.shape
+    model_text = decode(t for t, m, c in zip(ids[0], tm[0], cm[0]) if m == 1 and c == 1)
+    context = decode(t for t, m, c in zip(ids[0], tm[0], cm[0]) if m == 0 and c == 1)
+    assert model_text.startswith("[chose:solve]<tool_call>") and '"mark_done"' in model_text and "<tool_response>" not in model_text
+    assert context.count("<tool_response>") == 2 and "Wrote 2632 bytes" in context
+    assert decode(ids[1]).startswith("[chose:idle]") and tm[1].min() == 1
+    # the model was shown the server's tools, after the dataset prompt and the task prompt
+    from scripted_policy import rendered_tools
+
+    prompt = decode(out["prompt_ids"][0])
+    want = sorted((shown(t) for t in server_tools(b, b.env)), key=lambda s: s["name"])
+    assert sorted((shown(t) for t in rendered_tools(prompt)), key=lambda s: s["name"]) == want
+    assert "[plan:solve|idle]\n\n" + envs[0].prompt in prompt
+    assert all(e._session is None for e in envs)
+
+
 def test_grpo_episodes(adapter: types.ModuleType, backend: Backend) -> None:
     trainer = make_trainer(adapter, backend)
     try:
-        from trl.trainer.grpo_trainer import repeat_rows
-
-        out = trainer._generate_and_score_completions(repeat_rows([row("solve|idle"), masked_row(backend)], 2))
-        rewards = trainer._logs["rewards"]["GymServerRewardEnv"]
-        envs = trainer.environments
-        # solve: mark_done ended the episode with the hidden tests' reward; idle: the starter is evaluated
-        assert rewards[0] == pytest.approx(1.0) and envs[0].termination_reason == "completed"
-        assert rewards[1] < 1.0 and not envs[1].masked and envs[1].evaluation is not None
-        # the masked samples: None for TRL, so NaN, unscorable, advantage 0 (fake: the group's other sample is
-        # scored alone, so its advantage is 0 too; live: the broken verifier masks both)
-        masked = [2] if backend.kind == "fake" else [2, 3]
-        for i in masked:
-            assert envs[i].masked and math.isnan(rewards[i]) and envs[i].error
-        if backend.kind == "fake":
-            assert not envs[3].masked and rewards[3] == pytest.approx(1.0)
-        adv = out["advantages"].tolist()
-        assert adv[0] > 0 > adv[1] and adv[2] == 0.0 and adv[3] == 0.0
-        # tool outputs are context (tool_mask 0), model tokens are trained (1); shapes line up
-        cm, tm, ids = out["completion_mask"], out["tool_mask"], out["completion_ids"]
-        assert cm.shape == tm.shape == ids.shape
-        solved = [int(t) for t, m, c in zip(ids[0], tm[0], cm[0]) if m == 1 and c == 1]
-        context = decode(t for t, m, c in zip(ids[0], tm[0], cm[0]) if m == 0 and c == 1)
-        model_text = decode(solved)
-        assert model_text.startswith("[chose:solve]<tool_call>") and '"mark_done"' in model_text and "<tool_response>" not in model_text
-        assert context.count("<tool_response>") == 2 and "2632" in context
-        assert decode(ids[1]).startswith("[chose:idle]") and tm[1].min() == 1
-        assert all(e._session is None for e in envs)
+        out = trainer._generate_and_score_completions(episode_rows(backend))
+        check_grpo_episode(trainer, out, backend)
     finally:
         trainer.close()
     wait_no_sessions(backend)
@@ -430,16 +455,20 @@ def run_async_worker(adapter: types.ModuleType, b: Backend, rows: List[Dict[str,
     )
     worker.start()
     samples = []
+    deadline = time.monotonic() + 300
     try:
         while len(samples) < groups * 2:
             try:
                 samples.append(worker.rollout_buffer.get(timeout=5))
             except queue_mod.Empty:
-                worker.check_health()
+                worker.check_health(stale_after_s=120)
                 assert worker._process is not None and worker._process.is_alive(), "the rollout worker died"
+                assert time.monotonic() < deadline, f"only {len(samples)} samples after 300 s"
     finally:
         # Keep reading while the child winds down: a process exits only once its queued samples are flushed.
-        worker._stop_event_mp.set()
+        # (Setting the event of a child that died would block: multiprocessing waits for its sleepers to wake.)
+        if worker._process is not None and worker._process.is_alive():
+            worker._stop_event_mp.set()
         deadline = time.monotonic() + 60
         while worker._process is not None and worker._process.is_alive() and time.monotonic() < deadline:
             try:
@@ -450,24 +479,128 @@ def run_async_worker(adapter: types.ModuleType, b: Backend, rows: List[Dict[str,
     return samples
 
 
-def test_async_grpo_worker(adapter: types.ModuleType, backend: Backend) -> None:
-    samples = run_async_worker(adapter, backend, [row("solve|idle"), masked_row(backend)], groups=2)
+def check_async_samples(samples: List[Any], b: Backend) -> None:
+    """check_async_samples asserts what AsyncGRPOTrainer gets from the rows [solve|idle] and masked_row."""
     by_group: Dict[int, List[Any]] = {}
-    for s in samples:  # within a group, in the order the plans were chosen (completion order may differ)
-        by_group.setdefault(s.group_id, []).append(s)
+    for s in samples:  # groups by row (TRL 1.8 has no group_id); in a group, in the order the plans were chosen
+        by_group.setdefault(0 if row_plans(s) == ["solve", "idle"] else 1, []).append(s)
     for group in by_group.values():
         group.sort(key=lambda s: s.completion[0]["content"] != "[chose:" + row_plans(s)[0] + "]")
     solved, idle = by_group[0]
     assert solved.metrics["rewards/GymServerRewardEnv"] == pytest.approx(1.0) and idle.metrics["rewards/GymServerRewardEnv"] < 1.0
     assert solved.advantage > 0 > idle.advantage
-    masked = by_group[1][:1] if backend.kind == "fake" else by_group[1]
+    masked = by_group[1][:1] if b.kind == "fake" else by_group[1]
     for s in masked:  # NaN reward, advantage 0
         assert math.isnan(s.metrics["rewards/GymServerRewardEnv"]) and s.advantage == 0.0
     from scripted_policy import rendered_tools
 
     text = decode(solved.input_ids)
-    want = sorted((shown(t) for t in server_tools(backend, backend.env)), key=lambda s: s["name"])
+    want = sorted((shown(t) for t in server_tools(b, b.env)), key=lambda s: s["name"])
     assert sorted((shown(t) for t in rendered_tools(text)), key=lambda s: s["name"]) == want
     assert [m["role"] for m in solved.completion][:4] == ["assistant", "tool", "assistant", "tool"]
+    assert "Wrote 2632 bytes" in solved.completion[1]["content"]
     assert len(solved.input_ids) == len(solved.completion_mask) and 0 in solved.completion_mask
+
+
+def test_async_grpo_worker(adapter: types.ModuleType, backend: Backend) -> None:
+    samples = run_async_worker(adapter, backend, [row("solve|idle"), masked_row(backend)], groups=2)
+    check_async_samples(samples, backend)
+    wait_no_sessions(backend)
+
+
+# --- twins: TRL's real code from the mirror ------------------------------------------
+#
+# With GYMSERVER_UPSTREAM_MIRROR set (to the directory holding huggingface+trl/repo), TRL's own
+# package at each of TRL_COMMITS is extracted into a temporary directory and imported from there; its heavy
+# dependencies are stubs (standins/trl/twin: transformers, accelerate, datasets, vLLM, ...; torch is
+# the real 1.13). The model is the same scripted policy. What runs is upstream's: GRPOTrainer.__init__
+# (config, environment probe, get_reward wiring) and _generate_and_score_completions (pool, reset,
+# tool loop, rewards, advantages); AsyncRolloutWorker.start (pickle check, spawn) and the child's
+# _AsyncRolloutLoop (probe, pool, reset, tools, get_reward, scoring, and its vLLM requests, which the
+# aiohttp stub answers with the scripted policy). The one upstream file changed is the async_grpo
+# package __init__, emptied (see upstream_trl).
+
+#: TRL_COMMITS are the TRL versions the twins run: main of 2026-07-24, v1.9.0 and v1.8.0 (the first with get_reward).
+TRL_COMMITS = {
+    "main-f2cd5771": "f2cd57710ae345ea6428ae95363267fcf38a3dc8",
+    "v1.9.0": "35def3ee000a87f6839e66f4b7749b06274ed1b3",
+    "v1.8.0": "95809b942eb5d11d0b06d749510d88be99230b73",
+}
+
+
+@pytest.fixture(scope="module", params=sorted(TRL_COMMITS))
+def upstream_trl(request: pytest.FixtureRequest) -> Iterator[Path]:
+    """upstream_trl is a directory holding TRL's ``trl`` package at one of TRL_COMMITS, from the mirror."""
+    mirror = os.environ.get("GYMSERVER_UPSTREAM_MIRROR")
+    if not mirror:
+        pytest.skip("GYMSERVER_UPSTREAM_MIRROR is not set: the twin tests need TRL's source from the mirror")
+    git_dir = Path(mirror) / "huggingface+trl" / "repo"
+    tmp = Path(tempfile.mkdtemp(prefix="trl-upstream-"))
+    try:
+        commit = TRL_COMMITS[request.param]
+        tar = subprocess.run(["git", f"--git-dir={git_dir}", "archive", "--format=tar", commit, "trl"], check=True, capture_output=True).stdout
+        with tarfile.open(fileobj=io.BytesIO(tar)) as t:
+            t.extractall(tmp)
+        # The package __init__ re-exports AsyncGRPOTrainer, whose module needs torch >= 2 (DTensor); the worker
+        # module it sits next to is what the twin runs, and it does not need the package's exports.
+        (tmp / "trl" / "experimental" / "async_grpo" / "__init__.py").write_text(
+            '"""Emptied for the twin test: upstream re-exports AsyncGRPOConfig and AsyncGRPOTrainer here."""\n'
+        )
+        yield tmp
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+# TORCH_TOO_OLD are torch modules TRL imports that torch 1.13 cannot import on Python 3.11; stubbed in-process.
+TORCH_TOO_OLD = ("torch.distributed.fsdp", "torch.distributed._tensor")
+
+
+@contextlib.contextmanager
+def upstream_installed(upstream: Path) -> Iterator[types.ModuleType]:
+    """upstream_installed imports the adapter with TRL's real package from upstream and the twin stubs."""
+    with installed([upstream, TWIN_STUBS, STANDINS]) as adapter:
+        import _twin_stub
+
+        saved = {n: m for n, m in sys.modules.items() if n.startswith(TORCH_TOO_OLD)}
+        for name in TORCH_TOO_OLD:
+            _twin_stub.stub_module(name)
+        try:
+            import scripted_policy
+
+            scripted_policy.reset_choices()
+            yield adapter
+        finally:
+            for n in [n for n in sys.modules if n.startswith(TORCH_TOO_OLD)]:
+                del sys.modules[n]
+            sys.modules.update(saved)
+
+
+def test_twin_grpo_trainer(upstream_trl: Path, backend: Backend) -> None:
+    with upstream_installed(upstream_trl) as adapter:
+        import trl.trainer.grpo_trainer as upstream
+        from trl.trainer.grpo_config import GRPOConfig
+        from trl.trainer.utils import shutdown_event_loop_in_daemon
+        from twin_grpo import TwinModel, TwinTokenizer
+
+        assert Path(upstream.__file__).is_relative_to(upstream_trl)
+        args = GRPOConfig(output_dir=str(upstream_trl / "out"), num_generations=2, per_device_train_batch_size=4, max_completion_length=20000, report_to="none")
+        factory = adapter.tool_env_factory(url=backend.url, env=backend.env)
+        trainer = upstream.GRPOTrainer(model=TwinModel(20000), args=args, train_dataset=[], processing_class=TwinTokenizer(), environment_factory=factory)
+        try:
+            assert trainer.reward_func_names == ["GymServerRewardEnv"]
+            out = trainer._generate_and_score_completions(episode_rows(backend))
+            check_grpo_episode(trainer, out, backend)
+        finally:
+            shutdown_event_loop_in_daemon(trainer.async_loop_thread, trainer.async_loop)
+    wait_no_sessions(backend)
+
+
+def test_twin_async_rollout_worker(upstream_trl: Path, backend: Backend) -> None:
+    with upstream_installed(upstream_trl) as adapter:
+        import trl.experimental.async_grpo.async_rollout_worker as upstream
+
+        assert Path(upstream.__file__).is_relative_to(upstream_trl)
+        samples = run_async_worker(adapter, backend, [row("solve|idle"), masked_row(backend)], groups=2, worker_cls=upstream.AsyncRolloutWorker)
+        assert all(type(s) is upstream.RolloutSample for s in samples)
+        check_async_samples(samples, backend)
     wait_no_sessions(backend)

@@ -98,6 +98,10 @@ class ToyTokenizer:
     eos_token_id = ord(EOS)
     pad_token_id = ord(PAD)
     bos_token_id = None
+    chat_template = "toy"
+    # A tokenizer that can parse its own responses; TRL only adds a response schema when none is set.
+    response_schema = {"format": "hermes-style <tool_call> blocks"}
+    response_template = None
 
     def encode(self, text: str) -> List[int]:
         """encode returns one id per character."""

@@ -516,6 +516,7 @@ class AsyncRolloutWorker:
             name="grpo-rollout-worker-child",
             daemon=True,
         )
+        self._heartbeat_value.value = time.time()
         self._process.start()
         deadline = time.monotonic() + self._child_ready_timeout
         while not self._child_ready_event.wait(timeout=1.0):
@@ -526,14 +527,17 @@ class AsyncRolloutWorker:
             if time.monotonic() >= deadline:
                 raise RuntimeError("AsyncRolloutWorker child did not signal ready in time.")
 
-    def check_health(self) -> None:
-        """check_health raises when the child has failed, with its traceback."""
+    def check_health(self, stale_after_s: float) -> None:
+        """check_health raises when the child has failed (with its traceback) or its heartbeat is older than stale_after_s."""
         if self._failed_event.is_set():
             try:
                 name, msg, tb = self._exception_info_queue.get_nowait()
             except queue.Empty:
                 raise RuntimeError("Rollout worker child has failed") from None
             raise RuntimeError(f"Rollout worker child has failed: {name}: {msg}\n{tb}")
+        age = time.time() - self._heartbeat_value.value
+        if age > stale_after_s:
+            raise RuntimeError(f"Rollout worker heartbeat stale: {age:.0f}s")
 
     def stop(self) -> None:
         """stop signals the child, waits for it (15 s), then terminates it."""
