@@ -13,11 +13,9 @@ mirror when ``GYMSERVER_UPSTREAM_MIRROR`` is set (see the twin section).
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import importlib
 import io
-import json
 import math
 import os
 import pickle
@@ -151,7 +149,7 @@ def make_trainer(adapter: types.ModuleType, b: Backend, **config: Any) -> Any:
     factory_kw = config.pop("factory", {})
     reward_funcs = config.pop("reward_funcs", None)
     args = GRPOConfig(**{"num_generations": 2, "max_completion_length": 20000, **config})
-    factory = adapter.tool_env_factory(url=b.url, env=b.env, **factory_kw)
+    factory = adapter.tool_env_factory(**{"url": b.url, "env": b.env, **factory_kw})
     return GRPOTrainer(model=ScriptedModel(), reward_funcs=reward_funcs, args=args, processing_class=ToyTokenizer(), environment_factory=factory)
 
 
@@ -380,11 +378,7 @@ def test_grpo_reset_errors(adapter: types.ModuleType, backend: Backend) -> None:
         trainer.close()
     wait_no_sessions(backend)
     # an infrastructure failure (here: no server to reach) masks the sample instead
-    tools = server_tools(backend, backend.env)
-    trainer = make_trainer(adapter, backend, factory={"tools": tools})
-    trainer.environment_factories[None].url = dead_url()
-    for e in trainer._environment_pool[None]:
-        e._config = trainer.environment_factories[None]
+    trainer = make_trainer(adapter, backend, factory={"tools": server_tools(backend, backend.env), "url": dead_url()})
     try:
         out = trainer._generate_and_score_completions([row("solve")] * 2)
         env = trainer.environments[0]

@@ -31,7 +31,7 @@ How TRL drives this module (checked against TRL main f2cd5771 of
   unless it already ended, closes the session and returns the reward, or
   None for a masked (infrastructure) failure.
 * Per batch, instances are drawn from a pool (reused, never closed by TRL),
-  ``reset(**row)`` is called with the dataset row (grpo_trainer.py:2288-2326),
+  ``reset(**row)`` is called with the dataset row (grpo_trainer.py:2288-2333),
   and the model's parsed tool calls run as ``method(**arguments)``; an
   exception becomes the tool message ``{"error": ...}``
   (grpo_trainer.py:1962-1978).
@@ -59,11 +59,13 @@ object or array schema reaches the model as plain ``object``/``array`` (item
 types of simple arrays are kept), and only string enums survive (as
 transformers' ``(choices: ...)``). Tools whose name or parameter names are
 not Python identifiers, or that clash with ``reset``/``get_reward``/this
-class's attributes, are skipped with a warning. In GRPOTrainer,
-``get_reward`` runs once per rollout in turn, so episodes that did not call
-``mark_done`` are evaluated one after another. TRL calls ``reset`` and the
-tools synchronously; in AsyncGRPOTrainer they block the worker's event loop
-while a command runs (TRL does not support async tools there).
+class's attributes, are skipped with a warning. GRPOTrainer calls
+``reset``, the tools and ``get_reward`` one rollout after another, so a
+batch starts its sandboxes in turn and evaluates the episodes that did not
+call ``mark_done`` in turn (``gymserver_reward`` evaluates concurrently). In
+AsyncGRPOTrainer, ``reset`` and the tools are synchronous calls that block
+the worker's event loop while a sandbox starts or a command runs (TRL does
+not support async tools there); ``get_reward`` does not block it.
 
 ``HAVE_TRL`` reports whether TRL is importable. TRL defines no base class for
 environments (the contract is the ``_SupportsReset`` protocol,
@@ -121,6 +123,8 @@ _IDENTIFIER = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
 # transformers reads a docstring's sections by these headings wherever they
 # appear, so they must not occur inside server text.
 _DOC_HEADINGS = re.compile(r"\b(Args|Returns|Raises):")
+# _CONFIG_ERRORS are the reset errors that are the caller's mistake: they raise instead of masking the sample.
+_CONFIG_ERRORS = frozenset({"invalid_argument", "not_found", "unauthenticated"})
 
 
 def _trl_calls_get_reward() -> bool:
@@ -260,6 +264,7 @@ class GymServerToolEnv:
         self._score: Optional[float] = None
         self._scored = False
         self._tool_names: List[str] = []
+        self._warned_tools = False
         self.session_id = ""
         self.prompt = ""
         self.done = False
@@ -276,10 +281,12 @@ class GymServerToolEnv:
 
         The episode is the factory's default overridden by the row's
         ``env``/``task``/``seed``/``options`` columns and its ``gymserver``
-        dict. An infrastructure failure (a masked error, such as no free
-        capacity or a lost connection) does not raise: the episode is
+        dict. A configuration error (unknown environment or task, bad
+        options, bad token) raises, which stops TRL's training step. Any
+        other failure (no free capacity, a sandbox that does not start, a
+        lost connection) says nothing about the model: the episode is
         marked ``masked``, the tools answer with an error and the reward is
-        None. Other errors (an unknown environment or task) raise.
+        None.
         """
         self._end_session()
         self._score, self._scored = None, False
@@ -294,7 +301,7 @@ class GymServerToolEnv:
             client: Client = shared_client(cfg.url, cfg.token)
             session = client.reset(spec["env"], spec.get("task"), spec.get("seed"), spec.get("options"))
         except GymServerError as e:
-            if not e.mask:
+            if e.code in _CONFIG_ERRORS:
                 raise
             self.done, self.masked, self.error = True, True, f"reset: {e}"
             log.warning("gymserver: reset of %s failed, the sample is masked: %s", spec["env"], e)
@@ -302,7 +309,8 @@ class GymServerToolEnv:
         self._session = session
         self.session_id, self.prompt = session.id, session.prompt
         served = sorted(str((t.get("function") or {}).get("name") or "") for t in session.tools)
-        if served != sorted(self._tool_names):
+        if served != sorted(self._tool_names) and not self._warned_tools:
+            self._warned_tools = True
             log.warning("gymserver: %s/%s serves tools %s but the model was given %s", session.env, session.task, served, sorted(self._tool_names))
         if not cfg.return_prompt:
             return None
@@ -327,7 +335,11 @@ class GymServerToolEnv:
             log.warning("gymserver: tool %r is not offered to the model: %s", name, why)
             return
         method = types.MethodType(tool, self)
-        _check_schema(method)
+        try:
+            _check_schema(method)
+        except Exception as e:  # transformers' own exception classes
+            log.warning("gymserver: tool %r is not offered to the model: transformers cannot describe it: %s", name, e)
+            return
         setattr(self, name, method)
         self._tool_names.append(name)
 
