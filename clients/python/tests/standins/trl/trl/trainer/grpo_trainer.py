@@ -7,26 +7,26 @@ the trainer does with its outputs. Left out: the policy model, vLLM,
 multimodal inputs, distributed gathering (one process), log-probabilities
 and the loss.
 
-* ``__init__`` (606-704): reward functions, then ``environment_factory`` is
+* ``__init__`` (303-713): reward functions, then ``environment_factory`` is
   normalised to ``{name: factory}``; one instance per factory is probed:
   ``reset`` is required, ``get_reward`` makes the class a reward source (a
   sync or async wrapper appended to ``reward_funcs`` with weight 1, exact
   type match), every other public bound method is a tool; the probe seeds
   the instance pool. Async tools or reward functions start a daemon event
   loop.
-* ``_generate_and_score_completions`` (2261-2330, 2398-2470, 2668-2730): per
+* ``_generate_and_score_completions`` (2260-2333, 2398-2470, 2668-2730): per
   batch, instances come from the pool (new ones only when the batch needs
   more), per-rollout tool dicts are built from each instance's methods,
   ``reset(**row)`` is called and a returned string is appended to the last
   prompt message; then generation, the tool loop, rewards and advantages.
 * ``_tokenize_prompts`` (1726-1752): each prompt is rendered with its
   environment's tools (bound methods, converted by transformers).
-* ``_tool_call_loop`` (1933-2123): calls ``tool(**arguments)``; an
+* ``_tool_call_loop`` (1933-2141): calls ``tool(**arguments)``; an
   exception becomes ``{"error": str(e)}``; tool results are appended with
   ``tool_mask`` 0; a tool result that would push the completion past
   ``max_completion_length`` (or the model's context) is rolled back and the
   sample leaves the loop; ``max_tool_calling_iterations`` bounds the turns.
-* ``_calculate_rewards`` (1612-1705): reward functions get ``prompts``,
+* ``_calculate_rewards`` (1612-1703): reward functions get ``prompts``,
   ``completions``, ``completion_ids``, the row columns, ``trainer_state``,
   ``log_extra``, ``log_metric`` and ``environments``; None becomes NaN.
 * advantages (2676-2730): a completion whose rewards are all NaN is

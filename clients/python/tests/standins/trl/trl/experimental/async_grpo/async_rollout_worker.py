@@ -10,7 +10,7 @@ v1.9.0 and v1.8.0 drive environments the same way). ``AsyncGRPOTrainer``
   pickle (a TypeError otherwise), then spawns a child process (``spawn``
   context, 942) whose ``_child_main`` (242-272) rebuilds ``_AsyncRolloutLoop``
   from the pickled kwargs: the factory really crosses a process boundary.
-* ``_AsyncRolloutLoop.__init__`` (364-417) probes one instance per factory:
+* ``_AsyncRolloutLoop.__init__`` (287-430) probes one instance per factory:
   ``reset`` required, ``get_reward`` marks the class as a reward source, the
   other public methods are tools; async tools are refused.
 * ``_generate_loop`` (468-645) takes an instance from the pool (or the
@@ -18,7 +18,7 @@ v1.9.0 and v1.8.0 drive environments the same way). ``AsyncGRPOTrainer``
   prompt, builds the tool dict from the instance's methods, runs
   ``_generate_one``; when the rollout completes it awaits ``get_reward()``
   (a coroutine or not) and only then returns the instance to the pool.
-* ``_generate_one`` (691-759) re-renders the whole conversation with the
+* ``_generate_one`` (710-759) re-renders the whole conversation with the
   tools each turn, generates (vLLM ``/v1/completions``; here the scripted
   policy), parses, and runs the tool calls synchronously
   (``_execute_tool_calls``, 761-779: ``tool(**arguments)``, an exception
