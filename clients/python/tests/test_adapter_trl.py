@@ -42,19 +42,20 @@ HERE = Path(__file__).resolve().parent
 STANDINS = HERE / "standins" / "trl"
 TWIN_STUBS = STANDINS / "twin"
 ADAPTER = "gymserver.adapters.trl"
-# STANDIN_TOP are the top-level modules the stand-ins and the twin stubs provide; they are removed after each use.
-STANDIN_TOP = (
-    "trl", "transformers", "scripted_policy", "json_schema_rules", "twin_grpo", "_twin_stub",
-    "accelerate", "aiohttp", "datasets", "huggingface_hub", "jinja2", "jmespath", "pandas", "pyarrow", "vllm",
+# STANDIN_TOP are the top-level modules the stand-ins provide, TWIN_TOP those the twin stubs add; each use
+# of them removes them from sys.modules afterwards (and puts back whatever was there).
+STANDIN_TOP = ("trl", "transformers", "scripted_policy", "json_schema_rules")
+TWIN_TOP = STANDIN_TOP + (
+    "twin_grpo", "_twin_stub", "accelerate", "aiohttp", "datasets", "huggingface_hub", "jinja2", "jmespath", "pandas", "pyarrow", "vllm",
 )
 
 
-def _ours(name: str) -> bool:
-    return name == ADAPTER or any(name == top or name.startswith(top + ".") for top in STANDIN_TOP)
+def _ours(name: str, tops: Sequence[str]) -> bool:
+    return name == ADAPTER or any(name == top or name.startswith(top + ".") for top in tops)
 
 
 @contextlib.contextmanager
-def installed(paths: Sequence[Path], version: Optional[str] = None) -> Iterator[types.ModuleType]:
+def installed(paths: Sequence[Path], version: Optional[str] = None, tops: Sequence[str] = STANDIN_TOP) -> Iterator[types.ModuleType]:
     """installed puts paths first on sys.path (TRL importable from them), imports the adapter afresh and yields it.
 
     With no paths, TRL is not importable. Afterwards sys.path, sys.modules,
@@ -62,7 +63,7 @@ def installed(paths: Sequence[Path], version: Optional[str] = None) -> Iterator[
     """
     import gymserver.adapters as adapters_pkg
 
-    saved = {n: m for n, m in sys.modules.items() if _ours(n)}
+    saved = {n: m for n, m in sys.modules.items() if _ours(n, tops)}
     had_attr = hasattr(adapters_pkg, "trl")
     saved_attr = getattr(adapters_pkg, "trl", None)
     finders_before = set(map(id, sys.meta_path))
@@ -79,7 +80,7 @@ def installed(paths: Sequence[Path], version: Optional[str] = None) -> Iterator[
     finally:
         for e in entries:
             sys.path.remove(e)
-        for n in [n for n in sys.modules if _ours(n)]:
+        for n in [n for n in sys.modules if _ours(n, tops)]:
             del sys.modules[n]
         sys.modules.update(saved)
         # the twin stubs' finder goes; finders other imports installed meanwhile (six's, say) stay
@@ -552,7 +553,7 @@ TORCH_TOO_OLD = ("torch.distributed.fsdp", "torch.distributed._tensor")
 @contextlib.contextmanager
 def upstream_installed(upstream: Path) -> Iterator[types.ModuleType]:
     """upstream_installed imports the adapter with TRL's real package from upstream and the twin stubs."""
-    with installed([upstream, TWIN_STUBS, STANDINS]) as adapter:
+    with installed([upstream, TWIN_STUBS, STANDINS], tops=TWIN_TOP) as adapter:
         import _twin_stub
 
         saved = {n: m for n, m in sys.modules.items() if n.startswith(TORCH_TOO_OLD)}
