@@ -1,0 +1,1 @@
+"""Stand-in for ``trl.experimental`` (see the package docstring)."""

@@ -1,0 +1,1 @@
+"""Stand-in for ``trl.trainer`` (see the package docstring)."""

@@ -1,0 +1,5 @@
+"""Twin-test stub of jmespath (see _twin_stub)."""
+
+import _twin_stub
+
+_twin_stub.stub_package(__name__)
