@@ -258,3 +258,46 @@ func TestSnapshotImagesRemovedOnClose(t *testing.T) {
 		t.Errorf("fork runs as %q (%v), want the sandbox user", r.Stdout, err)
 	}
 }
+
+// TestBaseImage checks what the built-in base image promises the agent and
+// the evaluator: it is of the current recipe, Python's bytecode is there
+// for the agent to read but not to write, and text is UTF-8 (through the
+// locale archive, which makes setlocale cheap).
+func TestBaseImage(t *testing.T) {
+	p, cli := newProvider(t)
+	ctx := t.Context()
+	image, err := p.Prepare(ctx, sandbox.ImageSpec{BaseImage: baseimage.Python, WorkDir: "/workspace"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := cli.ImageInspect(ctx, baseimage.Python)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := info.Config.Labels[baseimage.RecipeLabel], baseimage.Recipe(baseimage.Python); got != want && got != "dockerfile" {
+		t.Fatalf("%s has recipe %q, want %q: run `gymserver image build`", baseimage.Python, got, want)
+	}
+	sb, err := p.Create(ctx, sandbox.Spec{Image: image, WorkDir: "/workspace"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sb.Close(context.Background())
+	for _, tc := range []struct {
+		name, script, want string
+	}{
+		{"bytecode", `import os, _pytest.python as m, pytest
+c = m.__cached__
+print(os.path.isfile(c), os.access(c, os.R_OK), os.access(c, os.W_OK), os.access(os.path.dirname(c), os.W_OK))`, "True True False False\n"},
+		{"encoding", `import sys, locale; print(sys.stdout.encoding, sys.getfilesystemencoding(), locale.getlocale()[1], sys.flags.utf8_mode)`, "utf-8 utf-8 UTF-8 0\n"},
+	} {
+		r, err := sb.Exec(ctx, sandbox.ExecRequest{Argv: []string{"python3", "-c", tc.script}, Timeout: time.Minute})
+		if err != nil || r.ExitCode != 0 || string(r.Stdout) != tc.want {
+			t.Errorf("%s: got %q (exit %d, stderr %q, %v), want %q", tc.name, r.Stdout, r.ExitCode, r.Stderr, err, tc.want)
+		}
+	}
+	// A locale-aware program counts characters, not bytes.
+	r, err := sb.Exec(ctx, sandbox.ExecRequest{Argv: []string{"/bin/sh", "-c", `printf 'h\303\251' | wc -m; test -f /usr/lib/locale/locale-archive && echo archive`}, Timeout: time.Minute})
+	if err != nil || string(r.Stdout) != "2\narchive\n" {
+		t.Errorf("wc -m of two characters and the locale archive: %q (stderr %q, %v)", r.Stdout, r.Stderr, err)
+	}
+}
