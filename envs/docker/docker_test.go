@@ -133,7 +133,8 @@ func TestReapDeadOwner(t *testing.T) {
 
 // BenchmarkExecEcho measures `echo hi` through the executor beside a plain
 // Docker API exec (create, attach, inspect) of the same command in the same
-// container. Run: go test -run '^$' -bench ExecEcho ./envs/docker/
+// container, alone and as a step runs it (/bin/sh -c "/bin/echo hi").
+// Run: go test -run '^$' -bench ExecEcho ./envs/docker/
 func BenchmarkExecEcho(b *testing.B) {
 	p, cli := newProvider(b)
 	ctx := context.Background()
@@ -180,6 +181,41 @@ func BenchmarkExecEcho(b *testing.B) {
 		for b.Loop() {
 			start := time.Now()
 			out, err := dockerExec(ctx, cli, sb.ID(), []string{"echo", "hi"})
+			if err != nil || out != "hi\n" {
+				b.Fatalf("docker exec: %q %v", out, err)
+			}
+			lat = append(lat, time.Since(start))
+		}
+		report(b, lat)
+	})
+	// What an execute_command step of "/bin/echo hi" runs, through the
+	// executor and through a plain Docker API exec; and through the
+	// executor with the locale read from its directory of twelve files
+	// (LOCPATH makes glibc skip the archive), as the base image did before
+	// it had a locale archive.
+	step := []string{"/bin/sh", "-c", "/bin/echo hi"}
+	for _, c := range []struct {
+		name string
+		env  []string
+	}{{"step_executor", nil}, {"step_executor_locale_files", []string{"LOCPATH=/usr/lib/locale"}}} {
+		b.Run(c.name, func(b *testing.B) {
+			lat := make([]time.Duration, 0, b.N)
+			for b.Loop() {
+				start := time.Now()
+				r, err := sb.Exec(ctx, sandbox.ExecRequest{Argv: step, Env: c.env, Timeout: 10 * time.Second})
+				if err != nil || string(r.Stdout) != "hi\n" {
+					b.Fatalf("exec: %+v %v", r, err)
+				}
+				lat = append(lat, time.Since(start))
+			}
+			report(b, lat)
+		})
+	}
+	b.Run("step_docker_api_exec", func(b *testing.B) {
+		lat := make([]time.Duration, 0, b.N)
+		for b.Loop() {
+			start := time.Now()
+			out, err := dockerExec(ctx, cli, sb.ID(), step)
 			if err != nil || out != "hi\n" {
 				b.Fatalf("docker exec: %q %v", out, err)
 			}
