@@ -140,7 +140,8 @@ func TestReapDeadOwner(t *testing.T) {
 
 // BenchmarkExecEcho measures `echo hi` through the executor beside a plain
 // Docker API exec (create, attach, inspect) of the same command in the same
-// container. Run: go test -run '^$' -bench ExecEcho ./envs/docker/
+// container, alone and as a step runs it (/bin/sh -c "/bin/echo hi").
+// Run: go test -run '^$' -bench ExecEcho ./envs/docker/
 func BenchmarkExecEcho(b *testing.B) {
 	p, cli := newProvider(b)
 	ctx := context.Background()
@@ -187,6 +188,41 @@ func BenchmarkExecEcho(b *testing.B) {
 		for b.Loop() {
 			start := time.Now()
 			out, err := dockerExec(ctx, cli, sb.ID(), []string{"echo", "hi"})
+			if err != nil || out != "hi\n" {
+				b.Fatalf("docker exec: %q %v", out, err)
+			}
+			lat = append(lat, time.Since(start))
+		}
+		report(b, lat)
+	})
+	// What an execute_command step of "/bin/echo hi" runs, through the
+	// executor and through a plain Docker API exec; and through the
+	// executor with the locale read from its directory of twelve files
+	// (LOCPATH makes glibc skip the archive), as the base image did before
+	// it had a locale archive.
+	step := []string{"/bin/sh", "-c", "/bin/echo hi"}
+	for _, c := range []struct {
+		name string
+		env  []string
+	}{{"step_executor", nil}, {"step_executor_locale_files", []string{"LOCPATH=/usr/lib/locale"}}} {
+		b.Run(c.name, func(b *testing.B) {
+			lat := make([]time.Duration, 0, b.N)
+			for b.Loop() {
+				start := time.Now()
+				r, err := sb.Exec(ctx, sandbox.ExecRequest{Argv: step, Env: c.env, Timeout: 10 * time.Second})
+				if err != nil || string(r.Stdout) != "hi\n" {
+					b.Fatalf("exec: %+v %v", r, err)
+				}
+				lat = append(lat, time.Since(start))
+			}
+			report(b, lat)
+		})
+	}
+	b.Run("step_docker_api_exec", func(b *testing.B) {
+		lat := make([]time.Duration, 0, b.N)
+		for b.Loop() {
+			start := time.Now()
+			out, err := dockerExec(ctx, cli, sb.ID(), step)
 			if err != nil || out != "hi\n" {
 				b.Fatalf("docker exec: %q %v", out, err)
 			}
@@ -332,5 +368,48 @@ func TestStoppedExecutorBoundsExec(t *testing.T) {
 	}
 	if err := sb.Close(ctx); err != nil {
 		t.Errorf("close a sandbox whose executor stopped: %v", err)
+	}
+}
+
+// TestBaseImage checks what the built-in base image promises the agent and
+// the evaluator: it is of the current recipe, Python's bytecode is there
+// for the agent to read but not to write, and text is UTF-8 (through the
+// locale archive, which makes setlocale cheap).
+func TestBaseImage(t *testing.T) {
+	p, cli := newProvider(t)
+	ctx := t.Context()
+	image, err := p.Prepare(ctx, sandbox.ImageSpec{BaseImage: baseimage.Python, WorkDir: "/workspace"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := cli.ImageInspect(ctx, baseimage.Python)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := info.Config.Labels[baseimage.RecipeLabel], baseimage.Recipe(baseimage.Python); got != want && got != "dockerfile" {
+		t.Fatalf("%s has recipe %q, want %q: run `gymserver image build`", baseimage.Python, got, want)
+	}
+	sb, err := p.Create(ctx, sandbox.Spec{Image: image, WorkDir: "/workspace"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sb.Close(context.Background())
+	for _, tc := range []struct {
+		name, script, want string
+	}{
+		{"bytecode", `import os, _pytest.python as m, pytest
+c = m.__cached__
+print(os.path.isfile(c), os.access(c, os.R_OK), os.access(c, os.W_OK), os.access(os.path.dirname(c), os.W_OK))`, "True True False False\n"},
+		{"encoding", `import sys, locale; print(sys.stdout.encoding, sys.getfilesystemencoding(), locale.getlocale()[1], sys.flags.utf8_mode)`, "utf-8 utf-8 UTF-8 0\n"},
+	} {
+		r, err := sb.Exec(ctx, sandbox.ExecRequest{Argv: []string{"python3", "-c", tc.script}, Timeout: time.Minute})
+		if err != nil || r.ExitCode != 0 || string(r.Stdout) != tc.want {
+			t.Errorf("%s: got %q (exit %d, stderr %q, %v), want %q", tc.name, r.Stdout, r.ExitCode, r.Stderr, err, tc.want)
+		}
+	}
+	// A locale-aware program counts characters, not bytes.
+	r, err := sb.Exec(ctx, sandbox.ExecRequest{Argv: []string{"/bin/sh", "-c", `printf 'h\303\251' | wc -m; test -f /usr/lib/locale/locale-archive && echo archive`}, Timeout: time.Minute})
+	if err != nil || string(r.Stdout) != "2\narchive\n" {
+		t.Errorf("wc -m of two characters and the locale archive: %q (stderr %q, %v)", r.Stdout, r.Stderr, err)
 	}
 }

@@ -41,7 +41,7 @@ def base_url():
             if time.time() > deadline:
                 proc.kill()
                 pytest.fail("app.py did not start listening on PORT")
-            time.sleep(0.1)
+            time.sleep(0.02)
     yield url
     proc.kill()
     proc.wait()
