@@ -13,9 +13,10 @@ section.
 * :mod:`gymserver.adapters.skyrl`: ``GymServerTextEnv`` (``BaseTextEnv``),
   ``GymServerGenerator`` (``SkyRLGymGenerator`` that drops masked samples and
   rewards length-cut episodes), ``train_config_class`` and ``register_env``.
-* :mod:`gymserver.adapters.trl`: GRPOTrainer's ``environment_factory`` with
-  the server's tools as methods, reward functions and the environment's own
-  reward.
+* :mod:`gymserver.adapters.trl`: ``tool_env_factory`` for GRPOTrainer's and
+  AsyncGRPOTrainer's ``environment_factory`` (the server's tools as methods,
+  the environment-owned ``get_reward`` of TRL >= 1.8); ``gymserver_reward``
+  for TRL < 1.8.
 * :mod:`gymserver.adapters.openrlhf`: ``GymServerAgentInstance`` /
   ``GymServerAgentExecutor`` for an ``--agent_func_path`` file.
 * :mod:`gymserver.adapters.llamagym`: LlamaGym's ``Agent`` (drop-in, PPO step
