@@ -95,8 +95,9 @@ func TestRolloutSeedLLMConfig(t *testing.T) {
 		t.Errorf("%d API calls for 3 identical greedy episodes, want 2", n)
 	}
 	report := seedUser(t, out)
+	// The in-memory environment runs its one test command (gymtest).
 	for _, want := range []string{
-		"env=e success=True score=1 reason=completed actions=2 steps=2 tests=0 tests_passed=0 input_tokens=",
+		"env=e success=True score=1 reason=completed actions=2 steps=2 tests=1 tests_passed=1 input_tokens=",
 		"api_calls=2 cache_hits=0",
 		"api_calls=0 cache_hits=2",
 		"stats total_episodes=3 successful_episodes=3 failed_episodes=0 success_rate=1 total_duration_positive=True e:episodes=3,successful=3,failed=0,avg_score=1",
