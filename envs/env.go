@@ -29,6 +29,11 @@ type Options struct {
 	// every task. Each must pass config.Tool.Validate and take a name no
 	// other tool of the environment or its tasks has.
 	Tools []config.Tool
+	// SnapshotArchiveMax is the largest archive a snapshot keeps of what
+	// the agent can write (0: DefaultSnapshotArchiveMax); past it, or when
+	// the sandbox cannot make one, the snapshot commits the sandbox to an
+	// image. Negative: always commit.
+	SnapshotArchiveMax int64
 }
 
 // NewRegistry returns a registry with one TaskEnv per environment of cfg.
@@ -478,7 +483,7 @@ func (t *task) start(ctx context.Context, image string, files []sandbox.File) (*
 	if n, ok := sb.(sandbox.Named); ok && n.SessionID() != "" {
 		id = n.SessionID() // a pooled sandbox was labelled before this reset
 	}
-	s := &session{env: e, task: t, id: id, sb: sb, start: time.Now()}
+	s := &session{env: e, task: t, id: id, sb: sb, start: time.Now(), image: image, files: files}
 	t.log.Info("session started", "session_id", id, "sandbox", shortID(sb.ID()))
 	return s, nil
 }

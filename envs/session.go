@@ -31,6 +31,10 @@ type session struct {
 	id    string
 	sb    sandbox.Sandbox
 	start time.Time
+	// image is the image the sandbox started from and files the task
+	// files it was given: a snapshot's forks start the same way.
+	image string
+	files []sandbox.File
 
 	// cancelMu guards the fields below: the cancel functions of the steps
 	// running or waiting, which Close cancels all at once.

@@ -1,9 +1,11 @@
 package envs
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"time"
 
@@ -11,18 +13,31 @@ import (
 	"github.com/gymserver/gymserver/gym"
 )
 
-// snapshotRecord is a saved session: the image of its sandbox's files and
-// the episode's state.
+// snapshotRecord is a saved session: its sandbox's files, as an archive
+// of what the agent can write or as a committed image, and the episode's
+// state.
 type snapshotRecord struct {
-	image string
-	task  *task
-	snap  gym.Snapshot
+	// image is what forks start from: the session's own image for an
+	// archive, the committed image otherwise; files are the task files
+	// forks get (none from a committed image, which holds them).
+	image   string
+	files   []sandbox.File
+	archive []byte
+	task    *task
+	snap    gym.Snapshot
 }
+
+// DefaultSnapshotArchiveMax is the default of Options.SnapshotArchiveMax.
+const DefaultSnapshotArchiveMax = 32 << 20
 
 var _ gym.Snapshotter = (*session)(nil)
 
-// Snapshot saves the sandbox's files as an image and the episode's counts
-// and elapsed time. Processes the agent left running are not saved.
+// Snapshot saves the sandbox's files and the episode's counts and elapsed
+// time. The files are kept as an archive of what the agent can write when
+// the sandbox can make one (sandbox.Archiver) within
+// Options.SnapshotArchiveMax, else committed as an image; Mode says which
+// and Fallback why not an archive. Processes the agent left running are
+// not saved.
 func (s *session) Snapshot(ctx context.Context) (gym.Snapshot, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -30,14 +45,6 @@ func (s *session) Snapshot(ctx context.Context) (gym.Snapshot, error) {
 		// After the end the hidden tests may be in the sandbox: they must
 		// never reach a sandbox an agent works in.
 		return gym.Snapshot{}, fmt.Errorf("session %s: snapshot: episode ended (%s): %w", s.id, s.reason, gym.ErrEpisodeDone)
-	}
-	c, ok := s.sb.(sandbox.Committer)
-	if !ok {
-		return gym.Snapshot{}, fmt.Errorf("session %s: snapshot: this sandbox cannot be saved: %w", s.id, gym.ErrInvalidArgument)
-	}
-	image, err := c.Commit(ctx)
-	if err != nil {
-		return gym.Snapshot{}, gym.Classify(fmt.Errorf("session %s: snapshot: %w", s.id, err), gym.ClassSandbox)
 	}
 	var b [12]byte
 	_, _ = rand.Read(b[:])
@@ -51,19 +58,48 @@ func (s *session) Snapshot(ctx context.Context) (gym.Snapshot, error) {
 		Elapsed:   gym.Duration(time.Since(s.start)),
 		Created:   time.Now(),
 	}
+	rec := snapshotRecord{task: s.task, image: s.image, files: s.files}
+	limit := cmp.Or(s.env.opts.SnapshotArchiveMax, DefaultSnapshotArchiveMax)
+	if a, ok := s.sb.(sandbox.Archiver); ok && limit > 0 {
+		data, err := a.Archive(ctx, limit)
+		switch {
+		case err == nil:
+			rec.archive, snap.Mode, snap.Bytes = data, gym.SnapshotArchive, int64(len(data))
+		case errors.Is(err, sandbox.ErrNotArchivable):
+			snap.Fallback = err.Error()
+		default:
+			return gym.Snapshot{}, gym.Classify(fmt.Errorf("session %s: snapshot: %w", s.id, err), gym.ClassSandbox)
+		}
+	}
+	if rec.archive == nil {
+		c, ok := s.sb.(sandbox.Committer)
+		if !ok {
+			return gym.Snapshot{}, fmt.Errorf("session %s: snapshot: this sandbox cannot be saved: %w", s.id, gym.ErrInvalidArgument)
+		}
+		image, err := c.Commit(ctx)
+		if err != nil {
+			return gym.Snapshot{}, gym.Classify(fmt.Errorf("session %s: snapshot: %w", s.id, err), gym.ClassSandbox)
+		}
+		rec.image, rec.files, snap.Mode = image, nil, gym.SnapshotCommit
+	}
+	rec.snap = snap
 	e := s.env
 	e.mu.Lock()
 	if e.snapshots == nil {
 		e.snapshots = map[string]snapshotRecord{}
 	}
-	e.snapshots[snap.ID] = snapshotRecord{image: image, task: s.task, snap: snap}
+	e.snapshots[snap.ID] = rec
 	e.mu.Unlock()
-	e.log.Info("session saved", "session_id", s.id, "snapshot", snap.ID, "steps", snap.Steps)
+	e.log.Info("session saved", "session_id", s.id, "snapshot", snap.ID, "steps", snap.Steps,
+		"mode", snap.Mode, "bytes", snap.Bytes, "fallback", snap.Fallback)
 	return snap, nil
 }
 
 // Fork starts a session from a snapshot. Its clock starts where the
 // snapshot's stopped, so the global timeout counts the time already used.
+// An archive is restored into a sandbox started as a reset of the task
+// would start it (from the warm pool when one waits); a committed image is
+// started as is.
 func (e *TaskEnv) Fork(ctx context.Context, snapshotID string) (gym.Session, gym.Reset, error) {
 	e.mu.Lock()
 	rec, ok := e.snapshots[snapshotID]
@@ -71,10 +107,16 @@ func (e *TaskEnv) Fork(ctx context.Context, snapshotID string) (gym.Session, gym
 	if !ok {
 		return nil, gym.Reset{}, fmt.Errorf("environment %s: snapshot %q: %w", e.cfg.ID, snapshotID, gym.ErrNotFound)
 	}
-	// The snapshot holds the starter files as the agent left them.
-	s, err := rec.task.start(ctx, rec.image, nil)
+	s, err := rec.task.start(ctx, rec.image, rec.files)
 	if err != nil {
 		return nil, gym.Reset{}, err
+	}
+	if rec.archive != nil {
+		err := s.sb.(sandbox.Archiver).Restore(ctx, rec.archive)
+		if err != nil {
+			s.Close(context.WithoutCancel(ctx))
+			return nil, gym.Reset{}, gym.Classify(fmt.Errorf("environment %s: fork %s: %w", e.cfg.ID, snapshotID, err), gym.ClassSandbox)
+		}
 	}
 	s.start = time.Now().Add(-time.Duration(rec.snap.Elapsed))
 	s.steps, s.actions = rec.snap.Steps, rec.snap.Actions
@@ -98,7 +140,7 @@ func remaining(budget, elapsed gym.Duration) gym.Duration {
 	return max(budget-elapsed, minRemaining)
 }
 
-// DropSnapshot deletes a snapshot and its image.
+// DropSnapshot deletes a snapshot and its image or archive.
 func (e *TaskEnv) DropSnapshot(ctx context.Context, snapshotID string) error {
 	e.mu.Lock()
 	rec, ok := e.snapshots[snapshotID]
@@ -107,7 +149,7 @@ func (e *TaskEnv) DropSnapshot(ctx context.Context, snapshotID string) error {
 	if !ok {
 		return fmt.Errorf("environment %s: snapshot %q: %w", e.cfg.ID, snapshotID, gym.ErrNotFound)
 	}
-	if d, ok := e.opts.Provider.(sandbox.ImageDropper); ok {
+	if d, ok := e.opts.Provider.(sandbox.ImageDropper); ok && rec.snap.Mode == gym.SnapshotCommit {
 		if err := d.DropImage(ctx, rec.image); err != nil {
 			return gym.Classify(fmt.Errorf("environment %s: drop snapshot %s: %w", e.cfg.ID, snapshotID, err), gym.ClassSandbox)
 		}

@@ -117,6 +117,18 @@ func (p *Provider) fill(key string, spec sandbox.Spec) {
 	labels[sandbox.LabelSession] = newSessionID()
 	spec.Labels = labels
 	s, err := p.create(p.bgCtx, spec)
+	if err == nil {
+		// List the agent's places while no agent has used the image's
+		// sandboxes, so that the first snapshot need not.
+		p.mu.Lock()
+		_, known := p.roots[spec.Image]
+		p.mu.Unlock()
+		if !known {
+			if _, rerr := s.roots(p.bgCtx); rerr != nil {
+				p.log.Debug("warm pool: list the agent's places", "err", rerr)
+			}
+		}
+	}
 	p.mu.Lock()
 	p.filling[key]--
 	if err == nil && !p.closed {

@@ -181,6 +181,10 @@ func respErr(op, path string, resp response) error {
 		sentinel = sandbox.ErrTooLarge
 	case kindInvalid:
 		sentinel = gym.ErrInvalidArgument
+	case kindNotArchivable:
+		sentinel = sandbox.ErrNotArchivable
+	case kindInvalidArchive:
+		sentinel = sandbox.ErrInvalidArchive
 	default:
 		return fmt.Errorf("%s %s: %s", op, path, resp.Err)
 	}
@@ -311,4 +315,39 @@ func (c *Client) Install(ctx context.Context, files []sandbox.File) error {
 		return err
 	}
 	return respErr("install", "", resp)
+}
+
+// Roots lists the places the agent can write; see Root.
+func (c *Client) Roots(ctx context.Context) ([]Root, error) {
+	resp, err := c.call(ctx, request{Op: opRoots})
+	if err != nil {
+		return nil, err
+	}
+	return resp.Roots, respErr("roots", "", resp)
+}
+
+// Archive returns what is in roots as a tar archive of at most maxBytes,
+// read as the agent; see sandbox.Archiver.
+func (c *Client) Archive(ctx context.Context, roots []Root, maxBytes int64) ([]byte, error) {
+	resp, err := c.call(ctx, request{Op: opArchive, Roots: roots, MaxBytes: maxBytes})
+	if err != nil {
+		return nil, err
+	}
+	if err := respErr("archive", "", resp); err != nil {
+		return nil, err
+	}
+	return resp.Data, nil
+}
+
+// Restore replaces what is in roots with an archive from Archive, as the
+// agent; see sandbox.Archiver.
+func (c *Client) Restore(ctx context.Context, roots []Root, data []byte) error {
+	if data == nil {
+		data = []byte{}
+	}
+	resp, err := c.call(ctx, request{Op: opRestore, Roots: roots, Data: data})
+	if err != nil {
+		return err
+	}
+	return respErr("restore", "", resp)
 }

@@ -23,6 +23,9 @@ const (
 	opPing    = "ping"
 	opCancel  = "cancel"
 	opInstall = "install"
+	opRoots   = "roots"
+	opArchive = "archive"
+	opRestore = "restore"
 )
 
 // Error kinds carried on the wire; the client maps them to sandbox errors.
@@ -33,6 +36,10 @@ const (
 	kindTooLarge = "too_large"
 	kindInvalid  = "invalid"
 	kindOther    = "other"
+	// kindNotArchivable and kindInvalidArchive are sandbox.ErrNotArchivable
+	// and sandbox.ErrInvalidArchive.
+	kindNotArchivable  = "not_archivable"
+	kindInvalidArchive = "invalid_archive"
 )
 
 // request is one frame from the client.
@@ -61,6 +68,8 @@ type request struct {
 	ReportMax int64 `msgpack:"report_max,omitempty"`
 	// Files are what an install op puts in place.
 	Files []installFile `msgpack:"files,omitempty"`
+	// Roots are the places an archive or restore op works on.
+	Roots []Root `msgpack:"roots,omitempty"`
 }
 
 // installFile is one file of an install op.
@@ -90,6 +99,7 @@ type response struct {
 	Entries       []entry `msgpack:"entries,omitempty"`
 	Report        []byte  `msgpack:"report,omitempty"`
 	ReportDropped int64   `msgpack:"report_dropped,omitempty"`
+	Roots         []Root  `msgpack:"roots,omitempty"`
 }
 
 // entry is one directory entry on the wire.

@@ -195,6 +195,24 @@ func (s *server) handle(ctx context.Context, req request) response {
 		return errResponse(req.ID, s.killAll())
 	case opInstall:
 		return errResponse(req.ID, s.install(req.Files))
+	case opRoots:
+		roots, err := s.roots()
+		resp := errResponse(req.ID, err)
+		resp.Roots = roots
+		return resp
+	case opArchive:
+		// As the agent: the archive holds only what it can read.
+		var data []byte
+		err := asAgent(s.opts.Agent, func() (err error) {
+			data, err = s.archive(req.Roots, req.MaxBytes)
+			return err
+		})
+		resp := errResponse(req.ID, err)
+		resp.Data = data
+		return resp
+	case opRestore:
+		// As the agent: nothing is restored that it could not write.
+		return errResponse(req.ID, asAgent(s.opts.Agent, func() error { return s.restore(req.Roots, req.Data) }))
 	}
 	return response{ID: req.ID, ErrKind: kindInvalid, Err: fmt.Sprintf("unknown op %q", req.Op)}
 }

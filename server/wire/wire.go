@@ -416,6 +416,11 @@ type Snapshot struct {
 	Actions   int     `msgpack:"actions"`
 	Elapsed   float64 `msgpack:"elapsed"`
 	Created   float64 `msgpack:"created"`
+	// Mode is "archive" or "commit"; Fallback says why an archive was
+	// not possible; Bytes is the archive's size (PROTOCOL.md §4.8).
+	Mode     string `msgpack:"mode,omitempty"`
+	Fallback string `msgpack:"fallback,omitempty"`
+	Bytes    int64  `msgpack:"bytes,omitempty"`
 }
 
 // SnapshotResult is the result of snapshot.
