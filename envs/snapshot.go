@@ -22,9 +22,51 @@ type snapshotRecord struct {
 	// forks get (none from a committed image, which holds them).
 	image   string
 	files   []sandbox.File
-	archive []byte
+	archive *pendingArchive
 	task    *task
 	snap    gym.Snapshot
+}
+
+// pendingArchive is an archive on its way from the sandbox it was taken
+// in: a snapshot returns once the archive is taken, and its forks wait
+// for the bytes.
+type pendingArchive struct {
+	// done is closed when data or err is set.
+	done chan struct{}
+	data []byte
+	err  error
+}
+
+// wait returns the archive once it has arrived.
+func (a *pendingArchive) wait(ctx context.Context) ([]byte, error) {
+	select {
+	case <-a.done:
+		return a.data, a.err
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// fetchTimeout bounds the move of an archive out of its sandbox.
+const fetchTimeout = 2 * time.Minute
+
+// fetch moves the archive c out of the session's sandbox in the
+// background; the session's Close waits for it before removing the
+// sandbox.
+func (s *session) fetch(c sandbox.Capture) *pendingArchive {
+	a := &pendingArchive{done: make(chan struct{})}
+	s.fetches.Add(1)
+	go func() {
+		defer s.fetches.Done()
+		defer close(a.done)
+		ctx, cancel := context.WithTimeout(context.Background(), fetchTimeout)
+		defer cancel()
+		a.data, a.err = c.Fetch(ctx)
+		if a.err != nil {
+			s.env.log.Warn("snapshot archive lost", "session_id", s.id, "err", a.err)
+		}
+	}()
+	return a
 }
 
 // DefaultSnapshotArchiveMax is the default of Options.SnapshotArchiveMax.
@@ -36,8 +78,9 @@ var _ gym.Snapshotter = (*session)(nil)
 // time. The files are kept as an archive of what the agent can write when
 // the sandbox can make one (sandbox.Archiver) within
 // Options.SnapshotArchiveMax, else committed as an image; Mode says which
-// and Fallback why not an archive. Processes the agent left running are
-// not saved.
+// and Fallback why not an archive. An archive is moved out of the sandbox
+// after Snapshot returns (forks wait for it). Processes the agent left
+// running are not saved.
 func (s *session) Snapshot(ctx context.Context) (gym.Snapshot, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -61,10 +104,10 @@ func (s *session) Snapshot(ctx context.Context) (gym.Snapshot, error) {
 	rec := snapshotRecord{task: s.task, image: s.image, files: s.files}
 	limit := cmp.Or(s.env.opts.SnapshotArchiveMax, DefaultSnapshotArchiveMax)
 	if a, ok := s.sb.(sandbox.Archiver); ok && limit > 0 {
-		data, err := a.Archive(ctx, limit)
+		c, err := a.Archive(ctx, limit)
 		switch {
 		case err == nil:
-			rec.archive, snap.Mode, snap.Bytes = data, gym.SnapshotArchive, int64(len(data))
+			rec.archive, snap.Mode, snap.Bytes = s.fetch(c), gym.SnapshotArchive, c.Size
 		case errors.Is(err, sandbox.ErrNotArchivable):
 			snap.Fallback = err.Error()
 		default:
@@ -112,7 +155,10 @@ func (e *TaskEnv) Fork(ctx context.Context, snapshotID string) (gym.Session, gym
 		return nil, gym.Reset{}, err
 	}
 	if rec.archive != nil {
-		err := s.sb.(sandbox.Archiver).Restore(ctx, rec.archive)
+		data, err := rec.archive.wait(ctx)
+		if err == nil {
+			err = s.sb.(sandbox.Archiver).Restore(ctx, data)
+		}
 		if err != nil {
 			s.Close(context.WithoutCancel(ctx))
 			return nil, gym.Reset{}, gym.Classify(fmt.Errorf("environment %s: fork %s: %w", e.cfg.ID, snapshotID, err), gym.ClassSandbox)

@@ -17,27 +17,40 @@ var _ sandbox.Archiver = (*Sandbox)(nil)
 // the frame's other fields.
 const maxArchive = executor.MaxFrame - 1<<20
 
-// Archive saves the files and directories the agent can write as a tar
-// archive; see sandbox.Archiver. The places are those of the sandbox's
-// image, listed once per image by the executor (see executor.Root), and
-// the task's files put outside them.
-func (s *Sandbox) Archive(ctx context.Context, maxBytes int64) ([]byte, error) {
+// Archive takes the files and directories the agent can write as a tar
+// archive, which the executor keeps until Capture.Fetch moves it out (the
+// move costs more than the taking: it crosses the engine's stream); see
+// sandbox.Archiver. The places are those of the sandbox's image, listed
+// once per image by the executor (see executor.Root), and the task's files
+// put outside them.
+func (s *Sandbox) Archive(ctx context.Context, maxBytes int64) (sandbox.Capture, error) {
 	if maxBytes <= 0 || maxBytes > maxArchive {
 		maxBytes = maxArchive
 	}
 	roots, err := s.roots(ctx)
 	if err != nil {
-		return nil, err
+		return sandbox.Capture{}, err
 	}
-	var data []byte
+	var id uint64
+	var size int64
 	err = s.bounded(ctx, "archive", opBound, func(ctx context.Context) (err error) {
-		data, err = s.exec.Archive(ctx, roots, maxBytes)
+		id, size, err = s.exec.Capture(ctx, roots, maxBytes)
 		return err
 	})
 	if err != nil {
-		return nil, fmt.Errorf("docker: archive %s: %w", shortID(s.id), err)
+		return sandbox.Capture{}, fmt.Errorf("docker: archive %s: %w", shortID(s.id), err)
 	}
-	return data, nil
+	fetch := func(ctx context.Context) (data []byte, err error) {
+		err = s.bounded(ctx, "fetch archive", opBound, func(ctx context.Context) (err error) {
+			data, err = s.exec.Fetch(ctx, id)
+			return err
+		})
+		if err != nil {
+			return nil, gym.Classify(fmt.Errorf("docker: fetch the archive of %s: %w", shortID(s.id), err), gym.ClassSandbox)
+		}
+		return data, nil
+	}
+	return sandbox.Capture{Size: size, Fetch: fetch}, nil
 }
 
 // Restore puts an archive from Archive into this sandbox, which must come

@@ -88,7 +88,11 @@ func TestArchiveRestoresAsTheAgent(t *testing.T) {
 	start := archiveSandboxes(t)
 	src := start()
 	sh(t, src, "ln -s /etc/shadow shadow && mkdir -p d/e && echo hi > d/e/f && chmod 500 d", false)
-	data, err := src.(sandbox.Archiver).Archive(t.Context(), 0)
+	c, err := src.(sandbox.Archiver).Archive(t.Context(), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := c.Fetch(t.Context())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -106,9 +106,22 @@ func (p *Provider) refill(key string, spec sandbox.Spec) {
 	}
 }
 
+// refillDelay is how long a refill waits before it starts a sandbox: a
+// burst of takes (a fork or a group reset of N) finishes its own work
+// before the pool's starts compete with it for the engine and the CPU.
+const refillDelay = 250 * time.Millisecond
+
 // fill starts one pooled sandbox with a session id of its own.
 func (p *Provider) fill(key string, spec sandbox.Spec) {
 	defer p.bg.Done()
+	select {
+	case <-time.After(refillDelay):
+	case <-p.bgCtx.Done():
+		p.mu.Lock()
+		p.filling[key]--
+		p.mu.Unlock()
+		return
+	}
 	spec = poolSpec(spec)
 	labels := maps.Clone(spec.Labels)
 	if labels == nil {

@@ -326,14 +326,27 @@ func (c *Client) Roots(ctx context.Context) ([]Root, error) {
 	return resp.Roots, respErr("roots", "", resp)
 }
 
-// Archive returns what is in roots as a tar archive of at most maxBytes,
-// read as the agent; see sandbox.Archiver.
-func (c *Client) Archive(ctx context.Context, roots []Root, maxBytes int64) ([]byte, error) {
-	resp, err := c.call(ctx, request{Op: opArchive, Roots: roots, MaxBytes: maxBytes})
+// Capture takes what is in roots as a tar archive of at most maxBytes,
+// read as the agent, and leaves it in the executor: it returns the
+// archive's size and the id Fetch takes. See sandbox.Archiver.
+func (c *Client) Capture(ctx context.Context, roots []Root, maxBytes int64) (uint64, int64, error) {
+	resp, err := c.call(ctx, request{Op: opArchive, Roots: roots, MaxBytes: maxBytes, Hold: true})
+	if err != nil {
+		return 0, 0, err
+	}
+	if err := respErr("archive", "", resp); err != nil {
+		return 0, 0, err
+	}
+	return resp.ID, resp.Size, nil
+}
+
+// Fetch returns, once, an archive Capture left in the executor.
+func (c *Client) Fetch(ctx context.Context, id uint64) ([]byte, error) {
+	resp, err := c.call(ctx, request{Op: opFetch, Target: id})
 	if err != nil {
 		return nil, err
 	}
-	if err := respErr("archive", "", resp); err != nil {
+	if err := respErr("fetch", "", resp); err != nil {
 		return nil, err
 	}
 	return resp.Data, nil

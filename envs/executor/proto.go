@@ -26,6 +26,7 @@ const (
 	opRoots   = "roots"
 	opArchive = "archive"
 	opRestore = "restore"
+	opFetch   = "fetch"
 )
 
 // Error kinds carried on the wire; the client maps them to sandbox errors.
@@ -70,6 +71,9 @@ type request struct {
 	Files []installFile `msgpack:"files,omitempty"`
 	// Roots are the places an archive or restore op works on.
 	Roots []Root `msgpack:"roots,omitempty"`
+	// Hold keeps an archive in the executor, under the request's id, for
+	// a fetch op (whose Target is that id) instead of returning it.
+	Hold bool `msgpack:"hold,omitempty"`
 }
 
 // installFile is one file of an install op.
@@ -100,6 +104,8 @@ type response struct {
 	Report        []byte  `msgpack:"report,omitempty"`
 	ReportDropped int64   `msgpack:"report_dropped,omitempty"`
 	Roots         []Root  `msgpack:"roots,omitempty"`
+	// Size is the size of an archive held for a fetch.
+	Size int64 `msgpack:"size,omitempty"`
 }
 
 // entry is one directory entry on the wire.

@@ -602,12 +602,16 @@ func testArchive(t *testing.T, src, dst sandbox.Sandbox) {
 	mustWrite(t, src, "a.txt", []byte("one"))
 	mustWrite(t, src, "sub/dir/b.txt", []byte("two"))
 	mustWrite(t, dst, "stale.txt", []byte("not in the archive"))
-	data, err := src.(sandbox.Archiver).Archive(ctx, 0)
+	c, err := src.(sandbox.Archiver).Archive(ctx, 0)
 	if err != nil {
 		t.Fatalf("archive: %v", err)
 	}
 	// Later changes are not in it.
 	mustWrite(t, src, "later.txt", []byte("later"))
+	data, err := c.Fetch(ctx)
+	if err != nil || int64(len(data)) != c.Size {
+		t.Fatalf("fetch: %d bytes, %v; want %d", len(data), err, c.Size)
+	}
 	if err := dst.(sandbox.Archiver).Restore(ctx, data); err != nil {
 		t.Fatalf("restore: %v", err)
 	}

@@ -373,14 +373,14 @@ type fakeArchive struct {
 // Archive saves the files and directories the sandbox user owns, as JSON.
 // It fails with ErrNotArchivable past maxBytes (0: no limit) or when the
 // provider's NoArchive is set.
-func (s *FakeSandbox) Archive(ctx context.Context, maxBytes int64) ([]byte, error) {
+func (s *FakeSandbox) Archive(ctx context.Context, maxBytes int64) (sandbox.Capture, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err := s.check(); err != nil {
-		return nil, err
+		return sandbox.Capture{}, err
 	}
 	if s.p.NoArchive {
-		return nil, fmt.Errorf("fake: archives are off: %w", sandbox.ErrNotArchivable)
+		return sandbox.Capture{}, fmt.Errorf("fake: archives are off: %w", sandbox.ErrNotArchivable)
 	}
 	var a fakeArchive
 	for p, f := range s.files {
@@ -395,12 +395,13 @@ func (s *FakeSandbox) Archive(ctx context.Context, maxBytes int64) ([]byte, erro
 	}
 	data, err := json.Marshal(a)
 	if err != nil {
-		return nil, err
+		return sandbox.Capture{}, err
 	}
 	if maxBytes > 0 && int64(len(data)) > maxBytes {
-		return nil, fmt.Errorf("fake: %d bytes exceed %d: %w", len(data), maxBytes, sandbox.ErrNotArchivable)
+		return sandbox.Capture{}, fmt.Errorf("fake: %d bytes exceed %d: %w", len(data), maxBytes, sandbox.ErrNotArchivable)
 	}
-	return data, nil
+	fetch := func(ctx context.Context) ([]byte, error) { return data, nil }
+	return sandbox.Capture{Size: int64(len(data)), Fetch: fetch}, nil
 }
 
 // Restore replaces the sandbox user's files and directories with an
