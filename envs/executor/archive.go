@@ -164,13 +164,16 @@ func (w *archiveWriter) header(p string, fi fs.FileInfo) *tar.Header {
 	return h
 }
 
-// write adds h and data, within the size limit.
+// write adds h and data, within the size limit; a nil h only checks the
+// limit for what was written.
 func (w *archiveWriter) write(h *tar.Header, data []byte) error {
-	if err := w.tw.WriteHeader(h); err != nil {
-		return err
-	}
-	if _, err := w.tw.Write(data); err != nil {
-		return err
+	if h != nil {
+		if err := w.tw.WriteHeader(h); err != nil {
+			return err
+		}
+		if _, err := w.tw.Write(data); err != nil {
+			return err
+		}
 	}
 	if err := w.tw.Flush(); err != nil {
 		return err
@@ -270,16 +273,25 @@ func (w *archiveWriter) addFile(r *os.Root, rel, p string, owned bool) error {
 		return w.write(h, nil)
 	}
 	w.links[key] = h.Name
-	room := w.max - int64(w.buf.Len())
-	data, err := io.ReadAll(io.LimitReader(f, max(room, 0)+1))
-	if err != nil {
-		return notArchivable("%s: %v", p, err)
-	}
-	if int64(len(data)) > room {
+	if fi.Size() > w.max-int64(w.buf.Len()) {
 		return notArchivable("the files the agent can change exceed %d bytes", w.max)
 	}
-	h.Typeflag, h.Size = tar.TypeReg, int64(len(data))
-	return w.write(h, data)
+	// The file is copied straight into the archive, as long as it was
+	// when opened: a process of the agent may change it meanwhile, and
+	// what it cut is made up with zeros.
+	h.Typeflag, h.Size = tar.TypeReg, fi.Size()
+	w.buf.Grow(int(fi.Size()) + 1024)
+	if err := w.tw.WriteHeader(h); err != nil {
+		return err
+	}
+	n, err := io.CopyN(w.tw, f, h.Size)
+	if err != nil && err != io.EOF {
+		return notArchivable("%s: %v", p, err)
+	}
+	if _, err := w.tw.Write(make([]byte, h.Size-n)); err != nil {
+		return err
+	}
+	return w.write(nil, nil)
 }
 
 // restoreEntry is one checked entry of an archive being restored.
@@ -440,7 +452,11 @@ func readArchive(roots []Root, data []byte) ([]restoreEntry, error) {
 		}
 		seen[p] = h.Typeflag == tar.TypeDir
 		if h.Typeflag == tar.TypeReg {
-			if e.data, err = io.ReadAll(tr); err != nil {
+			if h.Size < 0 || h.Size > int64(len(data)) {
+				return nil, bad("entry %s: size %d", p, h.Size)
+			}
+			e.data = make([]byte, h.Size)
+			if _, err := io.ReadFull(tr, e.data); err != nil {
 				return nil, bad("entry %s: %v", p, err)
 			}
 		}
