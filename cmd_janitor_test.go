@@ -39,7 +39,7 @@ func TestServeKilledJanitorRemovesSnapshots(t *testing.T) {
 	cli := dockerClient(t)
 	logPath := filepath.Join(t.TempDir(), "janitor.log")
 	cmd := exec.Command(bin, "serve", "--config", calculatorConfig, "--addr", "127.0.0.1:0",
-		"--orphan-after", "1h", "--janitor-log", logPath, "--log-level", "WARN")
+		"--orphan-after", "1h", "--janitor-log", logPath, "--log-level", "WARN", "--snapshot-archive-max", "-1")
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)

@@ -112,6 +112,8 @@ type loadOptions struct {
 	// Caches caps the image cache (--image-cache-max-images and
 	// --image-cache-max-bytes).
 	Caches cacheCapFlags
+	// SnapshotArchiveMax is envs.Options.SnapshotArchiveMax.
+	SnapshotArchiveMax int64
 }
 
 // orphanAfterOption turns the --orphan-after flag, where 0 means never,
@@ -146,7 +148,7 @@ func configRegistry(ctx context.Context, cfg *config.Config, logger *slog.Logger
 	if err != nil {
 		return nil, nil, err
 	}
-	reg, err := envs.NewRegistry(ctx, cfg, envs.Options{Provider: p, Logger: logger})
+	reg, err := envs.NewRegistry(ctx, cfg, envs.Options{Provider: p, Logger: logger, SnapshotArchiveMax: opts.SnapshotArchiveMax})
 	if err != nil {
 		p.Close(context.WithoutCancel(ctx))
 		return nil, nil, err

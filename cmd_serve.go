@@ -8,6 +8,7 @@ import (
 	"os"
 	"runtime/debug"
 
+	"github.com/gymserver/gymserver/envs"
 	"github.com/gymserver/gymserver/envs/docker"
 	"github.com/gymserver/gymserver/server"
 	"github.com/gymserver/gymserver/server/wire"
@@ -27,7 +28,8 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	maxInflight := fs.Int("max-inflight", server.DefaultMaxInflightPerConn, "most requests in flight on one connection")
 	maxResets := fs.Int("max-resets", server.DefaultMaxConcurrentResets, "most resets (container starts) running at once")
 	maxQueued := fs.Int64("max-queued-bytes", server.DefaultMaxQueuedBytesPerConn, "most bytes of unanswered requests (decoded size) one connection holds; at least --max-frame-bytes")
-	maxConnSnapshots := fs.Int("max-snapshots-per-conn", server.DefaultMaxSnapshotsPerConn, "most snapshots one connection holds (each is an image until dropped)")
+	maxConnSnapshots := fs.Int("max-snapshots-per-conn", server.DefaultMaxSnapshotsPerConn, "most snapshots one connection holds (each an archive in memory or an image, until dropped)")
+	snapshotArchiveMax := fs.Int64("snapshot-archive-max", envs.DefaultSnapshotArchiveMax, "largest archive in bytes a snapshot keeps of what the agent can write; past it, or with -1, snapshots commit the sandbox to an image")
 	resetWait := fs.Duration("reset-wait", server.DefaultResetWait, "how long a reset waits for a start slot")
 	idleTTL := fs.Duration("idle-ttl", server.DefaultIdleSessionTTL, "close sessions without requests for this long")
 	pingInterval := fs.Duration("ping-interval", server.DefaultPingInterval, "WebSocket heartbeat period")
@@ -74,6 +76,8 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		Janitor:     !*noJanitor,
 		JanitorLog:  *janitorLog,
 		Caches:      caches,
+
+		SnapshotArchiveMax: *snapshotArchiveMax,
 	})
 	if err != nil {
 		fmt.Fprintln(stderr, "gymserver serve:", err)

@@ -28,6 +28,11 @@ type Options struct {
 	// every task. Each must pass config.Tool.Validate and take a name no
 	// other tool of the environment or its tasks has.
 	Tools []config.Tool
+	// SnapshotArchiveMax is the largest archive a snapshot keeps of what
+	// the agent can write (0: DefaultSnapshotArchiveMax); past it, or when
+	// the sandbox cannot make one, the snapshot commits the sandbox to an
+	// image. Negative: always commit.
+	SnapshotArchiveMax int64
 }
 
 // NewRegistry returns a registry with one TaskEnv per environment of cfg.
@@ -516,7 +521,7 @@ func (t *task) start(ctx context.Context, image string, files []sandbox.File, ex
 	}
 	// The provider mints session ids (sandbox.NewSessionID).
 	id := sb.SessionID()
-	s := &session{env: e, task: t, id: id, sb: sb, start: time.Now()}
+	s := &session{env: e, task: t, id: id, sb: sb, start: time.Now(), image: image, files: files}
 	t.log.Info("session started", "session_id", id, "sandbox", shortID(sb.ID()))
 	return s, nil
 }

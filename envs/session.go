@@ -31,6 +31,13 @@ type session struct {
 	id    string
 	sb    sandbox.Sandbox
 	start time.Time
+	// image is the image the sandbox started from and files the task
+	// files it was given: a snapshot's forks start the same way.
+	image string
+	files []sandbox.File
+	// fetches counts the snapshot archives still moving out of the
+	// sandbox; Close waits for them.
+	fetches sync.WaitGroup
 
 	// cancelMu guards the fields below: the cancel functions of the steps
 	// running or waiting, which Close cancels all at once.
@@ -497,6 +504,7 @@ func (s *session) Close(ctx context.Context) (gym.Result, error) {
 	s.end(gym.ReasonClosed)
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), closeTimeout)
 	defer cancel()
+	s.fetches.Wait() // bounded by fetchTimeout
 	err := s.sb.Close(cctx)
 	s.result = gym.Result{
 		SessionID:         s.id,

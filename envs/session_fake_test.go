@@ -221,8 +221,17 @@ func TestFakeCloseCancelsEveryWaitingStep(t *testing.T) {
 	}
 }
 
+// TestFakeSnapshotAndFork runs with snapshots kept as archives and, when
+// the sandbox cannot make one, as committed images.
 func TestFakeSnapshotAndFork(t *testing.T) {
+	for _, mode := range []string{gym.SnapshotArchive, gym.SnapshotCommit} {
+		t.Run(mode, func(t *testing.T) { testFakeSnapshotAndFork(t, mode) })
+	}
+}
+
+func testFakeSnapshotAndFork(t *testing.T, mode string) {
 	e, p := fakeEnv(t, fakePytest)
+	p.NoArchive = mode == gym.SnapshotCommit
 	ctx := t.Context()
 	s, _, err := e.Reset(ctx, gym.ResetRequest{})
 	if err != nil {
@@ -234,7 +243,8 @@ func TestFakeSnapshotAndFork(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if snap.Steps != 1 || snap.Actions != 1 || snap.EnvID != "fake" || snap.SessionID != s.ID() {
+	if snap.Steps != 1 || snap.Actions != 1 || snap.EnvID != "fake" || snap.SessionID != s.ID() || snap.Mode != mode ||
+		(snap.Fallback != "") != (mode == gym.SnapshotCommit) || (snap.Bytes > 0) != (mode == gym.SnapshotArchive) {
 		t.Errorf("snapshot %+v", snap)
 	}
 	// The original goes on; what it does later is not in the snapshot.
@@ -275,8 +285,8 @@ func TestFakeSnapshotAndFork(t *testing.T) {
 	if err := e.DropSnapshot(ctx, snap.ID); err != nil {
 		t.Fatal(err)
 	}
-	if p.Images() != images-1 {
-		t.Errorf("the snapshot's image was not dropped")
+	if want := images - map[string]int{gym.SnapshotCommit: 1}[mode]; p.Images() != want {
+		t.Errorf("images after the drop: %d, want %d", p.Images(), want)
 	}
 	if _, _, err := e.Fork(ctx, snap.ID); gym.ClassOf(err) != gym.ClassNotFound {
 		t.Errorf("fork of a dropped snapshot: %v, want not_found", err)

@@ -83,7 +83,25 @@ type Snapshot struct {
 	// Elapsed is the episode time used when it was taken.
 	Elapsed Duration  `json:"elapsed"`
 	Created time.Time `json:"created"`
+	// Mode says how the sandbox's files were saved: SnapshotArchive or
+	// SnapshotCommit.
+	Mode string `json:"mode,omitempty"`
+	// Fallback says why a snapshot that was tried as an archive was
+	// committed instead; empty otherwise.
+	Fallback string `json:"fallback,omitempty"`
+	// Bytes is the size of the archive (SnapshotArchive only).
+	Bytes int64 `json:"bytes,omitempty"`
 }
+
+// Snapshot modes (Snapshot.Mode).
+const (
+	// SnapshotArchive keeps the files the agent can write as an archive,
+	// which forks restore into fresh (or pooled) sandboxes of the task.
+	SnapshotArchive = "archive"
+	// SnapshotCommit keeps the whole sandbox's files as an image, which
+	// forks start from.
+	SnapshotCommit = "commit"
+)
 
 // ResetRequest selects the task of a new episode.
 type ResetRequest struct {

@@ -281,6 +281,12 @@ func (c *conn) dispatch(frame []byte) {
 		// which are short or else answered at once as unknown.
 		req := wire.Request{ID: req.ID, Op: req.Op, Session: req.Session}
 		c.spawn(req.ID, 0, func() { c.closeSession(req) })
+	case wire.OpResetGroup:
+		if c.srv.draining.Load() {
+			c.reply(req.ID, nil, errDraining())
+			return
+		}
+		c.spawn(req.ID, requestBytes(&req), func() { c.resetGroup(req) })
 	case wire.OpFork:
 		if c.srv.draining.Load() {
 			c.reply(req.ID, nil, errDraining())

@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"fmt"
+	mrand "math/rand/v2"
 	"time"
 
 	"golang.org/x/sync/errgroup"
@@ -167,7 +168,7 @@ func (c *conn) dropAllSnapshots() int {
 	return len(ids)
 }
 
-// forked is one session started by fork.
+// forked is one session started by fork or reset_group.
 type forked struct {
 	gs gym.Session
 	r  gym.Reset
@@ -181,6 +182,21 @@ func (c *conn) fork(req wire.Request) {
 		c.reply(req.ID, nil, err)
 		return
 	}
+	what := "fork " + req.Snapshot
+	c.startGroup(req, env, what, func(ctx context.Context) (gym.Session, gym.Reset, error) {
+		start := time.Now()
+		gs, r, err := forker.Fork(ctx, req.Snapshot)
+		if err == nil {
+			c.srv.metrics.fork.WithLabelValues(env).Observe(time.Since(start).Seconds())
+		}
+		return gs, r, err
+	})
+}
+
+// startGroup starts req.N sessions (0 means 1) of env with start,
+// concurrently, each holding a reset slot, and replies with all of them or
+// with the first error and none kept. what names the request in errors.
+func (c *conn) startGroup(req wire.Request, env, what string, start func(context.Context) (gym.Session, gym.Reset, error)) {
 	n := req.N
 	if n < 0 {
 		c.reply(req.ID, nil, errorf(gym.ClassInvalidArgument, wire.ReasonBadRequest, "field n must be positive, got %d", n))
@@ -190,7 +206,7 @@ func (c *conn) fork(req wire.Request) {
 		n = 1
 	}
 	if err := c.reserveSessions(n); err != nil {
-		c.reply(req.ID, nil, fmt.Errorf("fork %s: %w", req.Snapshot, err))
+		c.reply(req.ID, nil, fmt.Errorf("%s: %w", what, err))
 		return
 	}
 	out := make([]forked, n)
@@ -209,12 +225,10 @@ func (c *conn) fork(req wire.Request) {
 				return err
 			}
 			defer c.srv.resets.Release(1)
-			start := time.Now()
-			gs, r, err := forker.Fork(gctx, req.Snapshot)
+			gs, r, err := start(gctx)
 			if err != nil {
 				return err
 			}
-			c.srv.metrics.fork.WithLabelValues(env).Observe(time.Since(start).Seconds())
 			out[i] = forked{gs: gs, r: r}
 			return nil
 		})
@@ -222,7 +236,7 @@ func (c *conn) fork(req wire.Request) {
 	if err := g.Wait(); err != nil {
 		closeForked(out, c.srv.opts.CloseTimeout)
 		c.unreserveSessions(n)
-		c.reply(req.ID, nil, fmt.Errorf("fork %s (%d sessions, none kept): %w", req.Snapshot, n, err))
+		c.reply(req.ID, nil, fmt.Errorf("%s (%d sessions, none kept): %w", what, n, err))
 		return
 	}
 	res := wire.ForkResult{Sessions: make([]wire.ResetResult, n)}
@@ -230,20 +244,49 @@ func (c *conn) fork(req wire.Request) {
 	for i, f := range out {
 		s := newSession(c, env, f.gs)
 		if !c.register(s) {
-			// The client went away during the fork: remove every
-			// sandbox now. Registered sessions give back their slots
-			// when closed, the others here.
+			// The client went away meanwhile: remove every sandbox
+			// now. Registered sessions give back their slots when
+			// closed, the others here.
 			closeForked(out[i:], c.srv.opts.CloseTimeout)
 			c.unreserveSessions(n - i)
 			closeAll(registered, false)
-			c.reply(req.ID, nil, errorf(gym.ClassUnavailable, "", "fork %s: connection closed during fork", req.Snapshot))
+			c.reply(req.ID, nil, errorf(gym.ClassUnavailable, "", "%s: connection closed meanwhile", what))
 			return
 		}
 		registered = append(registered, s)
 		res.Sessions[i] = wire.FromReset(f.r)
 	}
-	c.log.Debug("fork", "snapshot", req.Snapshot, "env", env, "sessions", n)
+	c.log.Debug(what, "env", env, "sessions", n)
 	c.reply(req.ID, res, nil)
+}
+
+// resetGroup handles reset_group: n sessions of one task and seed (a GRPO
+// group), started concurrently, all or none. Without a task or a seed the
+// server draws one seed for the whole group, so that all its sessions get
+// the same task.
+func (c *conn) resetGroup(req wire.Request) {
+	if req.Env == "" {
+		c.reply(req.ID, nil, errorf(gym.ClassInvalidArgument, wire.ReasonBadRequest, "field env is required"))
+		return
+	}
+	env, err := c.srv.opts.Registry.Lookup(req.Env)
+	if err != nil {
+		c.reply(req.ID, nil, &reasonError{reason: wire.ReasonUnknownEnv, err: err})
+		return
+	}
+	rr := gym.ResetRequest{Task: req.Task, Seed: req.Seed, Options: wire.JSONMap(req.Options)}
+	if rr.Task == "" && rr.Seed == nil {
+		seed := mrand.Int64()
+		rr.Seed = &seed
+	}
+	c.startGroup(req, req.Env, "reset_group "+req.Env, func(ctx context.Context) (gym.Session, gym.Reset, error) {
+		start := time.Now()
+		gs, r, err := env.Reset(ctx, rr)
+		if err == nil {
+			c.srv.metrics.reset.WithLabelValues(req.Env).Observe(time.Since(start).Seconds())
+		}
+		return gs, r, err
+	})
 }
 
 // closeForked closes the sessions of a failed fork, in parallel.

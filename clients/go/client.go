@@ -432,6 +432,30 @@ func (c *Client) Fork(ctx context.Context, snapshotID string, n int) ([]*Session
 	return sessions, resets, nil
 }
 
+// ResetGroup starts n sessions of one task and seed of environment env at
+// once (a GRPO group): the request's task, or the task its seed picks, or,
+// with neither, one task the server picks for the whole group. It is all
+// or nothing: on error no session was kept. Errors as Reset, and
+// gym.ErrResourceExhausted when n sessions do not fit the server's limits.
+func (c *Client) ResetGroup(ctx context.Context, env string, req gym.ResetRequest, n int) ([]*Session, []gym.Reset, error) {
+	if n < 1 {
+		n = 1
+	}
+	var res wire.ForkResult
+	err := c.Do(ctx, wire.Request{Op: wire.OpResetGroup, Env: env, Task: req.Task, Seed: req.Seed,
+		Options: req.Options, N: n}, &res)
+	if err != nil {
+		return nil, nil, fmt.Errorf("environment %s: reset group: %w", env, err)
+	}
+	sessions := make([]*Session, len(res.Sessions))
+	resets := make([]gym.Reset, len(res.Sessions))
+	for i, r := range res.Sessions {
+		sessions[i] = &Session{c: c, id: r.SessionID}
+		resets[i] = wire.ToReset(r)
+	}
+	return sessions, resets, nil
+}
+
 // DropSnapshot deletes a snapshot this connection took; sessions forked
 // from it go on. Errors: gym.ErrNotFound for a snapshot the connection
 // does not hold. Closing the client drops its snapshots too.

@@ -97,10 +97,36 @@ func (p *Provider) refill(key string, spec sandbox.Spec) {
 	}
 }
 
+// refillDelay is how long a refill waits before it starts a sandbox: a
+// burst of takes (a fork or a group reset of N) finishes its own work
+// before the pool's starts compete with it for the engine and the CPU.
+const refillDelay = 250 * time.Millisecond
+
 // fill starts one pooled sandbox (create mints its session id).
 func (p *Provider) fill(key string, spec sandbox.Spec) {
 	defer p.bg.Done()
-	s, err := p.create(p.bgCtx, poolSpec(spec))
+	select {
+	case <-time.After(refillDelay):
+	case <-p.bgCtx.Done():
+		p.mu.Lock()
+		p.filling[key]--
+		p.mu.Unlock()
+		return
+	}
+	spec = poolSpec(spec)
+	s, err := p.create(p.bgCtx, spec)
+	if err == nil {
+		// List the agent's places while no agent has used the image's
+		// sandboxes, so that the first snapshot need not.
+		p.mu.Lock()
+		_, known := p.roots[spec.Image]
+		p.mu.Unlock()
+		if !known {
+			if _, rerr := s.roots(p.bgCtx); rerr != nil {
+				p.log.Debug("warm pool: list the agent's places", "err", rerr)
+			}
+		}
+	}
 	p.mu.Lock()
 	p.filling[key]--
 	if err == nil && !p.closed {

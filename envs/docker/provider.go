@@ -20,6 +20,7 @@ import (
 	"github.com/docker/docker/errdefs"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/gymserver/gymserver/envs/executor"
 	"github.com/gymserver/gymserver/envs/sandbox"
 	"github.com/gymserver/gymserver/gym"
 )
@@ -143,6 +144,9 @@ type Provider struct {
 	// are those DropImage could not remove yet because a sandbox uses them.
 	snapshots map[string]bool
 	dropped   map[string]bool
+	// roots are the places the agent can write, by image (see
+	// Sandbox.Archive).
+	roots map[string][]executor.Root
 	// quota is whether the storage driver takes a size per container.
 	quota bool
 
@@ -189,6 +193,7 @@ func New(ctx context.Context, opts Options) (*Provider, error) {
 		snapshots: map[string]bool{},
 		dropped:   map[string]bool{},
 		bounds:    execBounds{grace: execGrace, alive: aliveEvery},
+		roots:     map[string][]executor.Root{},
 	}
 	p.bgCtx, p.bgCancel = context.WithCancel(context.Background())
 	if p.log == nil {

@@ -35,8 +35,12 @@ type Sandbox struct {
 	session string
 	// made is when the container started.
 	made time.Time
-	exec *executor.Client
-	conn types.HijackedResponse
+	// image is the image the container runs; files are the paths of the
+	// task files put into it (see Spec.Files).
+	image string
+	files []string
+	exec  *executor.Client
+	conn  types.HijackedResponse
 	// copied ends when the stream demultiplexer stops.
 	copied chan struct{}
 
@@ -69,6 +73,7 @@ func (p *Provider) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sandb
 		}
 		err := s.writeStarter(ctx, spec.WorkDir, spec.Files)
 		if err == nil {
+			s.files = filePaths(spec.Files)
 			return s, nil
 		}
 		// A broken pooled sandbox goes; the next one or a new one serves.
@@ -194,7 +199,8 @@ func (p *Provider) create(ctx context.Context, spec sandbox.Spec) (_ *Sandbox, e
 	if err != nil {
 		return nil, gym.Classify(fmt.Errorf("docker: create container from %s: %w", spec.Image, err), gym.ClassSandbox)
 	}
-	s := &Sandbox{p: p, id: created.ID, session: session, made: time.Now()}
+	s := &Sandbox{p: p, id: created.ID, session: session, made: time.Now(),
+		image: spec.Image, files: filePaths(spec.Files)}
 	defer func() {
 		if err != nil {
 			s.Close(context.WithoutCancel(ctx))

@@ -229,6 +229,10 @@ func respErr(op, path string, resp response) error {
 		sentinel = sandbox.ErrTooLarge
 	case kindInvalid:
 		sentinel = gym.ErrInvalidArgument
+	case kindNotArchivable:
+		sentinel = sandbox.ErrNotArchivable
+	case kindInvalidArchive:
+		sentinel = sandbox.ErrInvalidArchive
 	default:
 		return fmt.Errorf("%s %s: %s", op, path, resp.Err)
 	}
@@ -359,4 +363,52 @@ func (c *Client) Install(ctx context.Context, files []sandbox.File) error {
 		return err
 	}
 	return respErr("install", "", resp)
+}
+
+// Roots lists the places the agent can write; see Root.
+func (c *Client) Roots(ctx context.Context) ([]Root, error) {
+	resp, err := c.call(ctx, request{Op: opRoots})
+	if err != nil {
+		return nil, err
+	}
+	return resp.Roots, respErr("roots", "", resp)
+}
+
+// Capture takes what is in roots as a tar archive of at most maxBytes,
+// read as the agent, and leaves it in the executor: it returns the
+// archive's size and the id Fetch takes. See sandbox.Archiver.
+func (c *Client) Capture(ctx context.Context, roots []Root, maxBytes int64) (uint64, int64, error) {
+	resp, err := c.call(ctx, request{Op: opArchive, Roots: roots, MaxBytes: maxBytes, Hold: true})
+	if err != nil {
+		return 0, 0, err
+	}
+	if err := respErr("archive", "", resp); err != nil {
+		return 0, 0, err
+	}
+	return resp.ID, resp.Size, nil
+}
+
+// Fetch returns, once, an archive Capture left in the executor.
+func (c *Client) Fetch(ctx context.Context, id uint64) ([]byte, error) {
+	resp, err := c.call(ctx, request{Op: opFetch, Target: id})
+	if err != nil {
+		return nil, err
+	}
+	if err := respErr("fetch", "", resp); err != nil {
+		return nil, err
+	}
+	return resp.Data, nil
+}
+
+// Restore replaces what is in roots with an archive from Archive, as the
+// agent; see sandbox.Archiver.
+func (c *Client) Restore(ctx context.Context, roots []Root, data []byte) error {
+	if data == nil {
+		data = []byte{}
+	}
+	resp, err := c.call(ctx, request{Op: opRestore, Roots: roots, Data: data})
+	if err != nil {
+		return err
+	}
+	return respErr("restore", "", resp)
 }

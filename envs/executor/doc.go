@@ -21,4 +21,9 @@
 // agent can therefore neither signal nor trace the executor, nor survive
 // into evaluation. A command may get a report pipe on fd 3, read to its end
 // only after every agent process is gone.
+//
+// For snapshots it lists the places the agent can write (Root), archives
+// them as the agent, holding the archive until the client fetches it, and
+// restores such an archive as the agent, so that a restore cannot put
+// anything where, or as whom, the agent could not have.
 package executor

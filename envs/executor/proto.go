@@ -23,6 +23,10 @@ const (
 	opPing    = "ping"
 	opCancel  = "cancel"
 	opInstall = "install"
+	opRoots   = "roots"
+	opArchive = "archive"
+	opRestore = "restore"
+	opFetch   = "fetch"
 )
 
 // Error kinds carried on the wire; the client maps them to sandbox errors.
@@ -33,6 +37,10 @@ const (
 	kindTooLarge = "too_large"
 	kindInvalid  = "invalid"
 	kindOther    = "other"
+	// kindNotArchivable and kindInvalidArchive are sandbox.ErrNotArchivable
+	// and sandbox.ErrInvalidArchive.
+	kindNotArchivable  = "not_archivable"
+	kindInvalidArchive = "invalid_archive"
 )
 
 // request is one frame from the client.
@@ -61,6 +69,11 @@ type request struct {
 	ReportMax int64 `msgpack:"report_max,omitempty"`
 	// Files are what an install op puts in place.
 	Files []installFile `msgpack:"files,omitempty"`
+	// Roots are the places an archive or restore op works on.
+	Roots []Root `msgpack:"roots,omitempty"`
+	// Hold keeps an archive in the executor, under the request's id, for
+	// a fetch op (whose Target is that id) instead of returning it.
+	Hold bool `msgpack:"hold,omitempty"`
 }
 
 // installFile is one file of an install op.
@@ -90,6 +103,9 @@ type response struct {
 	Entries       []entry `msgpack:"entries,omitempty"`
 	Report        []byte  `msgpack:"report,omitempty"`
 	ReportDropped int64   `msgpack:"report_dropped,omitempty"`
+	Roots         []Root  `msgpack:"roots,omitempty"`
+	// Size is the size of an archive held for a fetch.
+	Size int64 `msgpack:"size,omitempty"`
 }
 
 // entry is one directory entry on the wire.

@@ -105,6 +105,8 @@ type server struct {
 	groups map[int]bool
 	// running cancels in-flight exec requests by request id.
 	running map[uint64]context.CancelFunc
+	// held are archives taken for a later fetch, by request id.
+	held map[uint64][]byte
 }
 
 // Serve answers requests read from r, writing responses to w, until r ends
@@ -114,7 +116,8 @@ func Serve(ctx context.Context, r io.Reader, w io.Writer, opts Options) error {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	s := &server{opts: opts, log: log, w: bufio.NewWriter(w), groups: map[int]bool{}, running: map[uint64]context.CancelFunc{}}
+	s := &server{opts: opts, log: log, w: bufio.NewWriter(w), groups: map[int]bool{}, running: map[uint64]context.CancelFunc{},
+		held: map[uint64][]byte{}}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var wg sync.WaitGroup
@@ -195,6 +198,40 @@ func (s *server) handle(ctx context.Context, req request) response {
 		return errResponse(req.ID, s.killAll())
 	case opInstall:
 		return errResponse(req.ID, s.install(req.Files))
+	case opRoots:
+		roots, err := s.roots()
+		resp := errResponse(req.ID, err)
+		resp.Roots = roots
+		return resp
+	case opArchive:
+		// As the agent: the archive holds only what it can read.
+		var data []byte
+		err := asAgent(s.opts.Agent, func() (err error) {
+			data, err = s.archive(req.Roots, req.MaxBytes)
+			return err
+		})
+		resp := errResponse(req.ID, err)
+		if err == nil && req.Hold {
+			s.mu.Lock()
+			s.held[req.ID] = data
+			s.mu.Unlock()
+			resp.Size = int64(len(data))
+			return resp
+		}
+		resp.Data = data
+		return resp
+	case opFetch:
+		s.mu.Lock()
+		data, ok := s.held[req.Target]
+		delete(s.held, req.Target)
+		s.mu.Unlock()
+		if !ok {
+			return response{ID: req.ID, ErrKind: kindNotExist, Err: fmt.Sprintf("fetch: no archive held for request %d", req.Target)}
+		}
+		return response{ID: req.ID, Data: data}
+	case opRestore:
+		// As the agent: nothing is restored that it could not write.
+		return errResponse(req.ID, asAgent(s.opts.Agent, func() error { return s.restore(req.Roots, req.Data) }))
 	}
 	return response{ID: req.ID, ErrKind: kindInvalid, Err: fmt.Sprintf("unknown op %q", req.Op)}
 }

@@ -83,6 +83,51 @@ type Committer interface {
 	Commit(ctx context.Context) (string, error)
 }
 
+// Archiver is implemented by sandboxes that can save what the agent can
+// change as an archive, and put it back into another sandbox: cheaper than
+// Commit when little changed. What the agent can change is every file and
+// directory of the sandbox's file system it can write (its working
+// directory, /tmp, its home, files it owns elsewhere); nothing else can
+// differ between two sandboxes of the same Spec while an episode runs.
+// Running processes are not saved, nor mounts outside the image's file
+// system (/dev/shm).
+type Archiver interface {
+	// Archive takes the agent-writable files and directories as an
+	// archive of at most maxBytes. It is read with the agent's rights,
+	// while the agent's processes may run. Archive returns once the
+	// archive is taken (later changes are not in it); its bytes may take
+	// longer to reach the caller, through Capture.Fetch. When the state
+	// cannot be carried (larger than maxBytes; something there the agent
+	// does not own or cannot read; a device, FIFO or socket) the error
+	// wraps ErrNotArchivable and says why; callers then fall back to
+	// Commit.
+	Archive(ctx context.Context, maxBytes int64) (Capture, error)
+	// Restore replaces the agent-writable files and directories of a
+	// sandbox that no agent has used, started from the same Spec as the
+	// archived one, with the archive's. It writes with the agent's rights
+	// only, so whatever an archive holds, the sandbox ends up with nothing
+	// the agent could not have written itself; an archive naming paths
+	// outside the agent-writable ones, or anything but directories,
+	// regular files and links, wraps ErrInvalidArchive and changes nothing.
+	Restore(ctx context.Context, archive []byte) error
+}
+
+// Capture is an archive taken by Archiver.Archive.
+type Capture struct {
+	// Size is the archive's size in bytes.
+	Size int64
+	// Fetch returns the archive. It may be called once, before the
+	// sandbox closes; until then the sandbox holds the archive.
+	Fetch func(ctx context.Context) ([]byte, error)
+}
+
+// ErrNotArchivable is wrapped by Archive when the sandbox's state cannot
+// be carried by an archive.
+var ErrNotArchivable = errors.New("not archivable")
+
+// ErrInvalidArchive is wrapped by Restore for an archive it refuses.
+var ErrInvalidArchive = errors.New("invalid archive")
+
 // ImageDropper is implemented by providers that can delete the images
 // Commit made. Sandboxes already started from an image keep running.
 type ImageDropper interface {

@@ -507,6 +507,9 @@ func FromSnapshot(s gym.Snapshot) Snapshot {
 		Actions:   s.Actions,
 		Elapsed:   seconds(s.Elapsed),
 		Created:   unix(s.Created),
+		Mode:      s.Mode,
+		Fallback:  s.Fallback,
+		Bytes:     s.Bytes,
 	}
 }
 
@@ -521,5 +524,8 @@ func ToSnapshot(s Snapshot) gym.Snapshot {
 		Actions:   s.Actions,
 		Elapsed:   duration(s.Elapsed),
 		Created:   fromUnix(s.Created),
+		Mode:      s.Mode,
+		Fallback:  s.Fallback,
+		Bytes:     s.Bytes,
 	}
 }

@@ -65,7 +65,11 @@ func exampleFrames() []frame {
 			}},
 	}})
 	snap := gym.Snapshot{ID: "mem-snap-1", EnvID: "mem", TaskID: "hello", SessionID: "mem-1", Steps: 1, Actions: 1,
-		Elapsed: gym.Duration(1500 * time.Millisecond), Created: start.Add(1500 * time.Millisecond)}
+		Elapsed: gym.Duration(1500 * time.Millisecond), Created: start.Add(1500 * time.Millisecond),
+		Mode: gym.SnapshotArchive, Bytes: 10240}
+	commitSnap := snap
+	commitSnap.ID, commitSnap.Mode, commitSnap.Bytes = "mem-snap-2", gym.SnapshotCommit, 0
+	commitSnap.Fallback = "archive: /tmp/f is a named pipe: not archivable"
 	fork1, fork2 := reset, reset
 	fork1.SessionID, fork1.ForkOf, fork1.Steps, fork1.Actions = "mem-2", snap.ID, snap.Steps, snap.Actions
 	fork2.SessionID, fork2.ForkOf, fork2.Steps, fork2.Actions = "mem-3", snap.ID, snap.Steps, snap.Actions
@@ -111,11 +115,13 @@ func exampleFrames() []frame {
 		{"error_response", wire.Response{ID: 8, Error: &wire.Error{Code: "episode_done", Reason: wire.ReasonSessionClosed, Message: "session mem-1: closed"}}},
 		{"snapshot_request", wire.Request{ID: 9, Op: wire.OpSnapshot, Session: "mem-1"}},
 		{"snapshot_response", wire.Response{ID: 9, OK: true, Result: wire.SnapshotResult{Snapshot: wire.FromSnapshot(snap)}}},
+		{"snapshot_commit_response", wire.Response{ID: 9, OK: true, Result: wire.SnapshotResult{Snapshot: wire.FromSnapshot(commitSnap)}}},
 		{"fork_request", wire.Request{ID: 10, Op: wire.OpFork, Snapshot: snap.ID, N: 2}},
 		{"fork_response", wire.Response{ID: 10, OK: true, Result: wire.ForkResult{Sessions: []wire.ResetResult{wire.FromReset(fork1), wire.FromReset(fork2)}}}},
 		{"fork_error_response", wire.Response{ID: 10, Error: &wire.Error{Code: "resource_exhausted", Reason: wire.ReasonMaxConnectionSessions,
 			Message: "fork mem-snap-1: 2 new sessions do not fit: connection has 511 of at most 512 sessions (max_sessions_per_connection)"}}},
 		{"drop_snapshot_request", wire.Request{ID: 11, Op: wire.OpDropSnapshot, Snapshot: snap.ID}},
+		{"reset_group_request", wire.Request{ID: 15, Op: wire.OpResetGroup, Env: "mem", Task: "hello", Seed: ptr(int64(7)), N: 2}},
 		{"drop_snapshot_response", wire.Response{ID: 11, OK: true, Result: wire.DropSnapshotResult{Snapshot: snap.ID}}},
 		{"unknown_snapshot_response", wire.Response{ID: 12, Error: &wire.Error{Code: "not_found", Reason: wire.ReasonUnknownSnapshot,
 			Message: `snapshot "mem-snap-1" is not held by this connection`}}},

@@ -26,11 +26,13 @@ const (
 	OpHello = "hello"
 	OpEnvs  = "envs"
 	// OpTasks pages through the tasks of one environment.
-	OpTasks    = "tasks"
-	OpReset    = "reset"
-	OpStep     = "step"
-	OpEvaluate = "evaluate"
-	OpClose    = "close"
+	OpTasks = "tasks"
+	OpReset = "reset"
+	// OpResetGroup starts n sessions of one task and seed at once.
+	OpResetGroup = "reset_group"
+	OpStep       = "step"
+	OpEvaluate   = "evaluate"
+	OpClose      = "close"
 	// OpSnapshot, OpFork and OpDropSnapshot save a session's state and
 	// start sessions from it; a server lists them in hello only when one
 	// of its environments supports snapshots (CapSnapshot).
@@ -41,7 +43,7 @@ const (
 
 // Ops returns the ops of version 1, in the order PROTOCOL.md lists them.
 func Ops() []string {
-	return []string{OpHello, OpEnvs, OpReset, OpStep, OpEvaluate, OpClose, OpSnapshot, OpFork, OpDropSnapshot, OpTasks}
+	return []string{OpHello, OpEnvs, OpReset, OpStep, OpEvaluate, OpClose, OpSnapshot, OpFork, OpDropSnapshot, OpTasks, OpResetGroup}
 }
 
 // SnapshotOps returns the ops that exist only with CapSnapshot.
@@ -123,7 +125,8 @@ type Request struct {
 
 	// Snapshot is the snapshot a request applies to (fork, drop_snapshot).
 	Snapshot string `msgpack:"snapshot,omitempty"`
-	// N is the number of sessions to fork; 0 means 1.
+	// N is the number of sessions to fork or to start (reset_group); 0
+	// means 1.
 	N int `msgpack:"n,omitempty"`
 
 	// Offset and Limit select a page of tasks (tasks): Limit 0 means
@@ -416,6 +419,11 @@ type Snapshot struct {
 	Actions   int     `msgpack:"actions"`
 	Elapsed   float64 `msgpack:"elapsed"`
 	Created   float64 `msgpack:"created"`
+	// Mode is "archive" or "commit"; Fallback says why an archive was
+	// not possible; Bytes is the archive's size (PROTOCOL.md §4.8).
+	Mode     string `msgpack:"mode,omitempty"`
+	Fallback string `msgpack:"fallback,omitempty"`
+	Bytes    int64  `msgpack:"bytes,omitempty"`
 }
 
 // SnapshotResult is the result of snapshot.
@@ -423,7 +431,8 @@ type SnapshotResult struct {
 	Snapshot Snapshot `msgpack:"snapshot"`
 }
 
-// ForkResult is the result of fork: one reset result per new session.
+// ForkResult is the result of fork and reset_group: one reset result per
+// new session.
 type ForkResult struct {
 	Sessions []ResetResult `msgpack:"sessions"`
 }

@@ -512,6 +512,40 @@ class AsyncClient:
         self._sessions[session.id] = session
         return session
 
+    async def reset_group(
+        self,
+        env: str,
+        n: int,
+        task: Optional[str] = None,
+        seed: Optional[int] = None,
+        options: Optional[Mapping[str, Any]] = None,
+        *,
+        parser: Optional[str] = None,
+        timeout: Optional[float] = _NOT_SET,
+    ) -> List[AsyncSession]:
+        """reset_group starts ``n`` sessions of one task and seed at once, a GRPO group (PROTOCOL.md §4.12).
+
+        ``task`` and ``seed`` pick the task as in :meth:`reset`; with
+        neither, the server picks one task for the whole group. The
+        sandboxes start concurrently (from the server's warm pool when it
+        has one); all start or none does.
+        """
+        res = await self.request(
+            "reset_group",
+            timeout=timeout,
+            env=env,
+            n=int(n),
+            task=task or None,
+            seed=int(seed) if seed is not None else None,
+            options=dict(options) if options else None,
+        )
+        out: List[AsyncSession] = []
+        for r in res.get("sessions") or []:
+            session = AsyncSession(self, r, parser=parser or self.parser)
+            self._sessions[session.id] = session
+            out.append(session)
+        return out
+
     async def fork(
         self,
         snapshot: Union[str, Mapping[str, Any]],

@@ -216,6 +216,31 @@ class AsyncPool:
                 self._release(c, 1)
         raise ResourceExhausted("no connection of the pool has room for a session", code="resource_exhausted", reason=_FULL_REASON)
 
+    async def reset_group(
+        self,
+        env: str,
+        n: int,
+        task: Optional[str] = None,
+        seed: Optional[int] = None,
+        options: Optional[Mapping[str, Any]] = None,
+        *,
+        parser: Optional[str] = None,
+        timeout: Optional[float] = _NOT_SET,
+    ) -> List[AsyncSession]:
+        """reset_group starts n sessions of one task on one connection with room for all; see :meth:`AsyncClient.reset_group`."""
+        full: Optional[AsyncClient] = None
+        for _ in range(2):  # the second try follows a refusal by a connection we thought had room
+            c = await self._claim(int(n), full)
+            try:
+                return await c.reset_group(env, n, task, seed, options, parser=parser, timeout=timeout)
+            except GymServerError as e:
+                if getattr(e, "reason", "") != _FULL_REASON:
+                    raise
+                full = c
+            finally:
+                self._release(c, int(n))
+        raise ResourceExhausted(f"no connection of the pool has room for {n} sessions", code="resource_exhausted", reason=_FULL_REASON)
+
     async def fork(
         self,
         snapshot: Union[str, Mapping[str, Any]],

@@ -231,6 +231,21 @@ class Client:
         inner = self._run(self._aclient.reset(env, task, seed, options, replace=rep, parser=parser, timeout=timeout))
         return Session(self, inner)
 
+    def reset_group(
+        self,
+        env: str,
+        n: int,
+        task: Optional[str] = None,
+        seed: Optional[int] = None,
+        options: Optional[Mapping[str, Any]] = None,
+        *,
+        parser: Optional[str] = None,
+        timeout: Optional[float] = _NOT_SET,
+    ) -> List[Session]:
+        """reset_group starts ``n`` sessions of one task and seed; see :meth:`AsyncClient.reset_group`."""
+        inner = self._run(self._aclient.reset_group(env, n, task, seed, options, parser=parser, timeout=timeout))
+        return [Session(self, s) for s in inner]
+
     def fork(
         self,
         snapshot: Union[str, Mapping[str, Any]],

@@ -145,6 +145,14 @@ func Run(t *testing.T, s Suite) {
 			t.Errorf("after remove: %v, want ErrNotExist", err)
 		}
 	})
+	t.Run("Archive", func(t *testing.T) {
+		t.Parallel()
+		src := box(t)
+		if _, ok := src.(sandbox.Archiver); !ok {
+			t.Skip("the backend's sandboxes make no archives")
+		}
+		testArchive(t, src, box(t))
+	})
 	if !s.Processes {
 		return
 	}
@@ -606,5 +614,44 @@ func testMachineryOutOfReach(t *testing.T, sb sandbox.Sandbox) {
 	defer cancel()
 	if _, err := sb.ReadFile(ctx, "pipe", 100); err == nil || ctx.Err() != nil || gym.ClassOf(err) == gym.ClassSandbox {
 		t.Errorf("read a FIFO: %v (ctx %v), want a prompt error that is not the sandbox's", err, ctx.Err())
+	}
+}
+
+// testArchive: what the agent wrote in src, and what it deleted, is what
+// dst holds after a restore of src's archive; what dst held before is
+// gone; an archive over the limit is refused with ErrNotArchivable.
+func testArchive(t *testing.T, src, dst sandbox.Sandbox) {
+	ctx := t.Context()
+	mustWrite(t, src, "a.txt", []byte("one"))
+	mustWrite(t, src, "sub/dir/b.txt", []byte("two"))
+	mustWrite(t, dst, "stale.txt", []byte("not in the archive"))
+	c, err := src.(sandbox.Archiver).Archive(ctx, 0)
+	if err != nil {
+		t.Fatalf("archive: %v", err)
+	}
+	// Later changes are not in it.
+	mustWrite(t, src, "later.txt", []byte("later"))
+	data, err := c.Fetch(ctx)
+	if err != nil || int64(len(data)) != c.Size {
+		t.Fatalf("fetch: %d bytes, %v; want %d", len(data), err, c.Size)
+	}
+	if err := dst.(sandbox.Archiver).Restore(ctx, data); err != nil {
+		t.Fatalf("restore: %v", err)
+	}
+	for p, want := range map[string]string{"a.txt": "one", "sub/dir/b.txt": "two"} {
+		if got, err := dst.ReadFile(ctx, p, 100); err != nil || string(got) != want {
+			t.Errorf("restored %s: %q %v, want %q", p, got, err, want)
+		}
+	}
+	for _, p := range []string{"stale.txt", "later.txt"} {
+		if _, err := dst.ReadFile(ctx, p, 100); !errors.Is(err, sandbox.ErrNotExist) {
+			t.Errorf("%s after the restore: %v, want ErrNotExist", p, err)
+		}
+	}
+	// The restored files are the agent's: it can change them.
+	mustWrite(t, dst, "sub/dir/b.txt", []byte("changed"))
+	mustWrite(t, src, "big.bin", make([]byte, 64<<10))
+	if _, err := src.(sandbox.Archiver).Archive(ctx, 32<<10); !errors.Is(err, sandbox.ErrNotArchivable) {
+		t.Errorf("archive over the limit: %v, want ErrNotArchivable", err)
 	}
 }

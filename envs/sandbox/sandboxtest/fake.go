@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"io/fs"
 	"path"
@@ -26,6 +27,9 @@ type ExecFunc func(ctx context.Context, sb *FakeSandbox, req sandbox.ExecRequest
 type FakeProvider struct {
 	// ExecFunc answers Exec; set it before creating sandboxes.
 	ExecFunc ExecFunc
+	// NoArchive makes every Archive fail with ErrNotArchivable, so that
+	// snapshots fall back to Commit.
+	NoArchive bool
 
 	// mu guards the fields below.
 	mu     sync.Mutex
@@ -360,4 +364,77 @@ func (p *FakeProvider) Images() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return len(p.images)
+}
+
+var _ sandbox.Archiver = (*FakeSandbox)(nil)
+
+// fakeArchive is the fake's archive: the agent's files and directories.
+type fakeArchive struct {
+	Files []sandbox.File
+	Dirs  []string
+}
+
+// Archive saves the files and directories the sandbox user owns, as JSON.
+// It fails with ErrNotArchivable past maxBytes (0: no limit) or when the
+// provider's NoArchive is set.
+func (s *FakeSandbox) Archive(ctx context.Context, maxBytes int64) (sandbox.Capture, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.check(); err != nil {
+		return sandbox.Capture{}, err
+	}
+	if s.p.NoArchive {
+		return sandbox.Capture{}, fmt.Errorf("fake: archives are off: %w", sandbox.ErrNotArchivable)
+	}
+	var a fakeArchive
+	for p, f := range s.files {
+		if !f.root {
+			a.Files = append(a.Files, sandbox.File{Path: p, Data: f.data, Mode: f.mode})
+		}
+	}
+	for d, root := range s.dirs {
+		if !root {
+			a.Dirs = append(a.Dirs, d)
+		}
+	}
+	data, err := json.Marshal(a)
+	if err != nil {
+		return sandbox.Capture{}, err
+	}
+	if maxBytes > 0 && int64(len(data)) > maxBytes {
+		return sandbox.Capture{}, fmt.Errorf("fake: %d bytes exceed %d: %w", len(data), maxBytes, sandbox.ErrNotArchivable)
+	}
+	fetch := func(ctx context.Context) ([]byte, error) { return data, nil }
+	return sandbox.Capture{Size: int64(len(data)), Fetch: fetch}, nil
+}
+
+// Restore replaces the sandbox user's files and directories with an
+// archive's.
+func (s *FakeSandbox) Restore(ctx context.Context, archive []byte) error {
+	var a fakeArchive
+	if err := json.Unmarshal(archive, &a); err != nil {
+		return fmt.Errorf("fake: %v: %w", err, sandbox.ErrInvalidArchive)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.check(); err != nil {
+		return err
+	}
+	for p, f := range s.files {
+		if !f.root {
+			delete(s.files, p)
+		}
+	}
+	for d, root := range s.dirs {
+		if !root && d != "/" {
+			delete(s.dirs, d)
+		}
+	}
+	for _, d := range a.Dirs {
+		s.mkdirAll(d, false)
+	}
+	for _, f := range a.Files {
+		s.put(f.Path, f.Data, f.Mode, false)
+	}
+	return nil
 }

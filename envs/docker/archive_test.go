@@ -1,0 +1,183 @@
+package docker_test
+
+import (
+	"archive/tar"
+	"bytes"
+	"context"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/gymserver/gymserver/envs/baseimage"
+	"github.com/gymserver/gymserver/envs/docker"
+	"github.com/gymserver/gymserver/envs/sandbox"
+)
+
+// archiveSandboxes returns a function that starts sandboxes of one
+// prepared image with /workspace as the working directory.
+func archiveSandboxes(t *testing.T) func() sandbox.Sandbox {
+	t.Helper()
+	p, _ := newProvider(t)
+	image, err := p.Prepare(t.Context(), sandbox.ImageSpec{BaseImage: baseimage.Python, WorkDir: "/workspace"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return func() sandbox.Sandbox {
+		t.Helper()
+		sb, err := p.Create(t.Context(), sandbox.Spec{Image: image, WorkDir: "/workspace",
+			Labels: map[string]string{sandbox.LabelSession: "s-archive", sandbox.LabelTask: "t"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { sb.Close(context.Background()) })
+		return sb
+	}
+}
+
+// sh runs a shell command as the agent and returns its stdout; a non-zero
+// exit fails the test unless mayFail.
+func sh(t *testing.T, sb sandbox.Sandbox, cmd string, mayFail bool) string {
+	t.Helper()
+	r, err := sb.Exec(t.Context(), sandbox.ExecRequest{Argv: []string{"/bin/sh", "-c", cmd}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.ExitCode != 0 && !mayFail {
+		t.Fatalf("%s: exit %d: %s", cmd, r.ExitCode, r.Stderr)
+	}
+	return string(r.Stdout)
+}
+
+// TestArchiveFallsBack: what an archive cannot carry makes Archive fail
+// with ErrNotArchivable, so that the snapshot is committed instead.
+func TestArchiveFallsBack(t *testing.T) {
+	start := archiveSandboxes(t)
+	tests := []struct {
+		name  string
+		setup func(t *testing.T, sb sandbox.Sandbox)
+		max   int64
+		want  string
+	}{
+		{"too large", func(t *testing.T, sb sandbox.Sandbox) {
+			sh(t, sb, "head -c 2000000 /dev/zero > big", false)
+		}, 1 << 20, "exceed"},
+		{"another user's file", func(t *testing.T, sb sandbox.Sandbox) {
+			if err := sb.CopyIn(t.Context(), []sandbox.File{{Path: "/workspace/rootfile", Data: []byte("x")}}); err != nil {
+				t.Fatal(err)
+			}
+		}, 0, "another user"},
+		{"fifo", func(t *testing.T, sb sandbox.Sandbox) { sh(t, sb, "mkfifo /tmp/f", false) }, 0, "/tmp/f"},
+		{"unreadable", func(t *testing.T, sb sandbox.Sandbox) { sh(t, sb, "echo x > secret && chmod 000 secret", false) }, 0, "secret"},
+	}
+	for _, tt := range tests {
+		t.Run(strings.ReplaceAll(tt.name, " ", "_"), func(t *testing.T) {
+			sb := start()
+			tt.setup(t, sb)
+			_, err := sb.(sandbox.Archiver).Archive(t.Context(), tt.max)
+			if !errors.Is(err, sandbox.ErrNotArchivable) || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("archive: %v, want ErrNotArchivable mentioning %q", err, tt.want)
+			}
+		})
+	}
+}
+
+// TestArchiveRestoresAsTheAgent: a link to a file the agent cannot read
+// travels as a link, never as the file's content, and the fork can read
+// no more through it than the agent could.
+func TestArchiveRestoresAsTheAgent(t *testing.T) {
+	start := archiveSandboxes(t)
+	src := start()
+	sh(t, src, "ln -s /etc/shadow shadow && mkdir -p d/e && echo hi > d/e/f && chmod 500 d", false)
+	c, err := src.(sandbox.Archiver).Archive(t.Context(), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := c.Fetch(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bytes.Contains(data, []byte("daemon:*:")) {
+		t.Fatal("the archive holds /etc/shadow's content")
+	}
+	dst := start()
+	if err := dst.(sandbox.Archiver).Restore(t.Context(), data); err != nil {
+		t.Fatal(err)
+	}
+	got := sh(t, dst, "readlink shadow; cat d/e/f; stat -c '%a %u' d; cat shadow 2>/dev/null || echo denied", false)
+	if got != "/etc/shadow\nhi\n500 1000\ndenied\n" {
+		t.Errorf("fork: %q", got)
+	}
+}
+
+// TestRestoreRefusesSmuggling restores hand-made archives: entries the
+// agent could not have written are refused before anything changes, and
+// what is restored belongs to the agent with no set-id bits, whatever the
+// archive says.
+func TestRestoreRefusesSmuggling(t *testing.T) {
+	start := archiveSandboxes(t)
+	type ent struct {
+		name, link string
+		typ        byte
+		mode       int64
+		uid        int
+	}
+	build := func(ents ...ent) []byte {
+		var buf bytes.Buffer
+		tw := tar.NewWriter(&buf)
+		tw.WriteHeader(&tar.Header{Name: "workspace/", Typeflag: tar.TypeDir, Mode: 0o755})
+		for _, e := range ents {
+			h := &tar.Header{Name: e.name, Typeflag: e.typ, Mode: e.mode, Linkname: e.link, Uid: e.uid}
+			body := "smuggled"
+			if e.typ == tar.TypeReg {
+				h.Size = int64(len(body))
+			}
+			if err := tw.WriteHeader(h); err != nil {
+				t.Fatal(err)
+			}
+			if e.typ == tar.TypeReg {
+				tw.Write([]byte(body))
+			}
+		}
+		tw.Close()
+		return buf.Bytes()
+	}
+	refused := []struct {
+		name string
+		ents []ent
+	}{
+		{"outside", []ent{{name: "etc/evil", typ: tar.TypeReg, mode: 0o644}}},
+		{"dot-dot", []ent{{name: "workspace/../etc/evil", typ: tar.TypeReg, mode: 0o644}}},
+		{"below a link", []ent{{name: "workspace/l", typ: tar.TypeSymlink, link: "/etc"}, {name: "workspace/l/evil", typ: tar.TypeReg, mode: 0o644}}},
+		{"hard link out", []ent{{name: "workspace/h", typ: tar.TypeLink, link: "etc/passwd"}}},
+		{"device", []ent{{name: "workspace/null", typ: tar.TypeChar, mode: 0o666}}},
+		{"over a root", []ent{{name: "tmp", typ: tar.TypeSymlink, link: "/etc"}}},
+		{"orphan", []ent{{name: "workspace/no/such/evil", typ: tar.TypeReg, mode: 0o644}}},
+	}
+	for _, tt := range refused {
+		t.Run(strings.ReplaceAll(tt.name, " ", "_"), func(t *testing.T) {
+			sb := start()
+			sh(t, sb, "echo mine > kept", false)
+			err := sb.(sandbox.Archiver).Restore(t.Context(), build(tt.ents...))
+			if !errors.Is(err, sandbox.ErrInvalidArchive) {
+				t.Fatalf("restore: %v, want ErrInvalidArchive", err)
+			}
+			if got := sh(t, sb, "cat kept; ls /etc/evil 2>&1 >/dev/null | wc -l", false); got != "mine\n1\n" {
+				t.Errorf("after a refused restore: %q", got)
+			}
+		})
+	}
+	t.Run("owners_and_modes", func(t *testing.T) {
+		sb := start()
+		err := sb.(sandbox.Archiver).Restore(t.Context(), build(
+			ent{name: "workspace/suid", typ: tar.TypeReg, mode: 0o4755, uid: 0},
+			ent{name: "tmp/x", typ: tar.TypeReg, mode: 0o2777, uid: 0}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := sh(t, sb, "stat -c '%a %u:%g' suid /tmp/x", false); got != "755 1000:1000\n777 1000:1000\n" {
+			t.Errorf("restored owners and modes: %q", got)
+		}
+	})
+}
+
+var _ sandbox.Archiver = (*docker.Sandbox)(nil)

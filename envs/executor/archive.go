@@ -1,0 +1,510 @@
+package executor
+
+import (
+	"archive/tar"
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// Root is a place the agent can write: a directory whose whole tree is
+// the agent's to change, or a single file. Roots lists them for a file
+// system; Archive and Restore save and replace what is in them.
+type Root struct {
+	// Path is absolute and clean.
+	Path string `msgpack:"path"`
+	Dir  bool   `msgpack:"dir"`
+}
+
+// roots lists the places the agent (s.opts.Agent) can write in the file
+// system of "/", without crossing into other mounts (/proc, /dev, the
+// engine's bind mounts): every directory the agent owns or may write to,
+// not looking further inside it, and every other file it owns or may
+// write to. It reads metadata only, with the executor's rights, and does
+// not follow symbolic links. The agent cannot change what it finds outside
+// those places, so the list is the same for every sandbox of an image, at
+// any point of an episode, except for files put in place for its task.
+func (s *server) roots() ([]Root, error) {
+	a := s.opts.Agent
+	if a == nil {
+		return nil, &kindError{kindInvalid, "roots: the executor has no agent identity"}
+	}
+	var top syscall.Stat_t
+	if err := syscall.Lstat("/", &top); err != nil {
+		return nil, fmt.Errorf("roots: %w", err)
+	}
+	var out []Root
+	err := filepath.WalkDir("/", func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			// Unreadable to root as well: nothing the agent can use.
+			if d != nil && d.IsDir() && p != "/" {
+				return fs.SkipDir
+			}
+			return nil
+		}
+		if d.Type()&fs.ModeSymlink != 0 {
+			return nil
+		}
+		fi, err := d.Info()
+		if err != nil {
+			return nil
+		}
+		st, ok := fi.Sys().(*syscall.Stat_t)
+		if !ok {
+			return nil
+		}
+		if st.Dev != top.Dev {
+			if d.IsDir() {
+				return fs.SkipDir
+			}
+			return nil
+		}
+		if p == "/" || !agentWritable(st, a) {
+			return nil
+		}
+		out = append(out, Root{Path: p, Dir: d.IsDir()})
+		if d.IsDir() {
+			return fs.SkipDir
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("roots: %w", err)
+	}
+	return out, nil
+}
+
+// agentWritable reports whether the agent owns the entry (and so may make
+// it writable) or may write to it through its group or others' bits.
+func agentWritable(st *syscall.Stat_t, a *Cred) bool {
+	return int(st.Uid) == a.UID ||
+		(int(st.Gid) == a.GID && st.Mode&0o020 != 0) ||
+		st.Mode&0o002 != 0
+}
+
+// notArchivable is the error of a state an archive cannot carry.
+func notArchivable(format string, args ...any) error {
+	return &kindError{kindNotArchivable, fmt.Sprintf(format, args...)}
+}
+
+// archivable are the mode bits an archive keeps: permissions and the
+// sticky bit, never set-id bits.
+const archivable = fs.ModePerm | fs.ModeSticky
+
+// archive writes everything inside roots, and the roots themselves, to a
+// tar archive of at most max bytes, reading as the agent: it holds only
+// what the agent can read. Names are relative to "/". Every entry below a
+// directory root must be the agent's and a directory, a regular file or a
+// symbolic link; hard links within the archive are kept as links.
+func (s *server) archive(roots []Root, max int64) ([]byte, error) {
+	a := s.opts.Agent
+	if a == nil {
+		return nil, &kindError{kindInvalid, "archive: the executor has no agent identity"}
+	}
+	w := &archiveWriter{agent: a, max: max}
+	w.tw = tar.NewWriter(&w.buf)
+	var err error
+	for _, r := range roots {
+		if err = checkRoot(r); err != nil {
+			return nil, err
+		}
+		// Hard links are kept within a root; across roots, copies.
+		w.links = map[[2]uint64]string{}
+		if r.Dir {
+			err = w.addDir(r.Path)
+		} else {
+			err = w.addFile(nil, r.Path, r.Path, false)
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+	if err := w.tw.Close(); err != nil {
+		return nil, err
+	}
+	return w.buf.Bytes(), nil
+}
+
+// checkRoot refuses a root that is not an absolute clean path below "/".
+func checkRoot(r Root) error {
+	if !path.IsAbs(r.Path) || path.Clean(r.Path) != r.Path || r.Path == "/" {
+		return &kindError{kindInvalid, fmt.Sprintf("root %q: want an absolute clean path below /", r.Path)}
+	}
+	return nil
+}
+
+// archiveWriter builds one archive.
+type archiveWriter struct {
+	agent *Cred
+	max   int64
+	buf   bytes.Buffer
+	tw    *tar.Writer
+	// links maps a file's device and inode to the first name it was
+	// archived under in the current root.
+	links map[[2]uint64]string
+}
+
+// header returns the tar header of fi under the absolute path p.
+func (w *archiveWriter) header(p string, fi fs.FileInfo) *tar.Header {
+	name := strings.TrimPrefix(p, "/")
+	h := &tar.Header{Name: name, Mode: int64(fi.Mode().Perm()), ModTime: fi.ModTime(),
+		Uid: w.agent.UID, Gid: w.agent.GID, Format: tar.FormatPAX}
+	if fi.Mode()&fs.ModeSticky != 0 {
+		h.Mode |= 0o1000
+	}
+	return h
+}
+
+// write adds h and data, within the size limit; a nil h only checks the
+// limit for what was written.
+func (w *archiveWriter) write(h *tar.Header, data []byte) error {
+	if h != nil {
+		if err := w.tw.WriteHeader(h); err != nil {
+			return err
+		}
+		if _, err := w.tw.Write(data); err != nil {
+			return err
+		}
+	}
+	if err := w.tw.Flush(); err != nil {
+		return err
+	}
+	if int64(w.buf.Len()) > w.max {
+		return notArchivable("the files the agent can change exceed %d bytes", w.max)
+	}
+	return nil
+}
+
+// addDir adds the directory root dir and everything below it.
+func (w *archiveWriter) addDir(dir string) error {
+	r, err := os.OpenRoot(dir)
+	if err != nil {
+		return notArchivable("%s: %v", dir, err)
+	}
+	defer r.Close()
+	fi, err := r.Lstat(".")
+	if err != nil {
+		return notArchivable("%s: %v", dir, err)
+	}
+	h := w.header(dir, fi)
+	h.Typeflag, h.Name = tar.TypeDir, h.Name+"/"
+	if err := w.write(h, nil); err != nil {
+		return err
+	}
+	return fs.WalkDir(r.FS(), ".", func(rel string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return notArchivable("%s: %v", path.Join(dir, rel), err)
+		}
+		if rel == "." {
+			return nil
+		}
+		p := path.Join(dir, rel)
+		fi, err := r.Lstat(rel)
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil // removed meanwhile by a running process
+		}
+		if err != nil {
+			return notArchivable("%s: %v", p, err)
+		}
+		if st, ok := fi.Sys().(*syscall.Stat_t); !ok || int(st.Uid) != w.agent.UID {
+			return notArchivable("%s belongs to another user", p)
+		}
+		h := w.header(p, fi)
+		switch {
+		case fi.IsDir():
+			h.Typeflag, h.Name = tar.TypeDir, h.Name+"/"
+			return w.write(h, nil)
+		case fi.Mode()&fs.ModeSymlink != 0:
+			target, err := r.Readlink(rel)
+			if err != nil {
+				return notArchivable("%s: %v", p, err)
+			}
+			h.Typeflag, h.Linkname = tar.TypeSymlink, target
+			return w.write(h, nil)
+		case fi.Mode().IsRegular():
+			return w.addFile(r, rel, p, true)
+		}
+		return notArchivable("%s is a %s", p, fi.Mode().Type())
+	})
+}
+
+// addFile adds the regular file rel of r (or the absolute path p when r is
+// nil), opened without following a link and checked on the open file.
+func (w *archiveWriter) addFile(r *os.Root, rel, p string, owned bool) error {
+	const flags = os.O_RDONLY | syscall.O_NOFOLLOW | syscall.O_NONBLOCK
+	var f *os.File
+	var err error
+	if r != nil {
+		f, err = r.OpenFile(rel, flags, 0)
+	} else {
+		f, err = os.OpenFile(p, flags, 0)
+	}
+	if errors.Is(err, fs.ErrNotExist) && r != nil {
+		return nil // removed meanwhile by a running process
+	}
+	if err != nil {
+		return notArchivable("%s: %v", p, err)
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return notArchivable("%s: %v", p, err)
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !fi.Mode().IsRegular() || !ok {
+		return notArchivable("%s is a %s", p, fi.Mode().Type())
+	}
+	if owned && int(st.Uid) != w.agent.UID {
+		return notArchivable("%s belongs to another user", p)
+	}
+	h := w.header(p, fi)
+	key := [2]uint64{uint64(st.Dev), st.Ino}
+	if first, ok := w.links[key]; ok && st.Nlink > 1 {
+		h.Typeflag, h.Linkname = tar.TypeLink, first
+		return w.write(h, nil)
+	}
+	w.links[key] = h.Name
+	if fi.Size() > w.max-int64(w.buf.Len()) {
+		return notArchivable("the files the agent can change exceed %d bytes", w.max)
+	}
+	// The file is copied straight into the archive, as long as it was
+	// when opened: a process of the agent may change it meanwhile, and
+	// what it cut is made up with zeros.
+	h.Typeflag, h.Size = tar.TypeReg, fi.Size()
+	w.buf.Grow(int(fi.Size()) + 1024)
+	if err := w.tw.WriteHeader(h); err != nil {
+		return err
+	}
+	n, err := io.CopyN(w.tw, f, h.Size)
+	if err != nil && err != io.EOF {
+		return notArchivable("%s: %v", p, err)
+	}
+	if _, err := w.tw.Write(make([]byte, h.Size-n)); err != nil {
+		return err
+	}
+	return w.write(nil, nil)
+}
+
+// restoreEntry is one checked entry of an archive being restored.
+type restoreEntry struct {
+	h    *tar.Header
+	data []byte
+	// root is the root the entry is in, and rel its name inside the root
+	// ("." for the root itself).
+	root Root
+	rel  string
+}
+
+// restore replaces what is in roots with the archive's content, with the
+// agent's rights only (the caller runs it as the agent): the directory
+// roots are emptied, then the entries are made. The whole archive is
+// checked first; an entry outside roots, below a symbolic link of the
+// archive, of another type than directory, regular file, symbolic link or
+// hard link to an earlier file, or naming a file root as a directory, is
+// refused before anything changes.
+func (s *server) restore(roots []Root, data []byte) error {
+	if s.opts.Agent == nil {
+		return &kindError{kindInvalid, "restore: the executor has no agent identity"}
+	}
+	for _, r := range roots {
+		if err := checkRoot(r); err != nil {
+			return err
+		}
+	}
+	ents, err := readArchive(roots, data)
+	if err != nil {
+		return err
+	}
+	open := map[string]*os.Root{}
+	defer func() {
+		for _, r := range open {
+			r.Close()
+		}
+	}()
+	for _, r := range roots {
+		if !r.Dir {
+			continue
+		}
+		rt, err := os.OpenRoot(r.Path)
+		if err != nil {
+			return fmt.Errorf("restore %s: %w", r.Path, err)
+		}
+		open[r.Path] = rt
+		list, err := fs.ReadDir(rt.FS(), ".")
+		if err != nil {
+			return fmt.Errorf("restore %s: %w", r.Path, err)
+		}
+		for _, e := range list {
+			if err := rt.RemoveAll(e.Name()); err != nil {
+				return fmt.Errorf("restore %s: clear: %w", r.Path, err)
+			}
+		}
+	}
+	var dirs []restoreEntry
+	for _, e := range ents {
+		if err := makeEntry(open[e.root.Path], e); err != nil {
+			return fmt.Errorf("restore /%s: %w", strings.TrimSuffix(e.h.Name, "/"), err)
+		}
+		if e.h.Typeflag == tar.TypeDir {
+			dirs = append(dirs, e)
+		}
+	}
+	// Directories get their mode and time last, deepest first: their
+	// content is in place and a read-only one could not be filled.
+	for _, e := range slices.Backward(dirs) {
+		rt := open[e.root.Path]
+		mode := fs.FileMode(e.h.Mode).Perm()
+		if e.h.Mode&0o1000 != 0 {
+			mode |= fs.ModeSticky
+		}
+		if e.rel == "." {
+			// A root the agent does not own (/tmp) keeps its mode.
+			fi, err := rt.Lstat(".")
+			if st, ok := fi.Sys().(*syscall.Stat_t); err != nil || !ok || int(st.Uid) != s.opts.Agent.UID {
+				continue
+			}
+		}
+		if err := rt.Chmod(e.rel, mode); err != nil {
+			return fmt.Errorf("restore /%s: %w", e.h.Name, err)
+		}
+		_ = rt.Chtimes(e.rel, time.Time{}, e.h.ModTime)
+	}
+	return nil
+}
+
+// readArchive reads and checks every entry of an archive against roots.
+func readArchive(roots []Root, data []byte) ([]restoreEntry, error) {
+	bad := func(format string, args ...any) error {
+		return &kindError{kindInvalidArchive, fmt.Sprintf(format, args...)}
+	}
+	tr := tar.NewReader(bytes.NewReader(data))
+	var out []restoreEntry
+	// seen are the names made so far, with whether each is a directory;
+	// links are the symbolic links among them.
+	seen := map[string]bool{}
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			return out, nil
+		}
+		if err != nil {
+			return nil, bad("read archive: %v", err)
+		}
+		p := "/" + strings.TrimSuffix(h.Name, "/")
+		if path.Clean(p) != p || strings.Contains(h.Name, "\x00") {
+			return nil, bad("entry %q: not a clean path", h.Name)
+		}
+		e := restoreEntry{h: h}
+		found := false
+		for _, r := range roots {
+			if p == r.Path {
+				e.root, e.rel, found = r, ".", true
+				break
+			}
+			if r.Dir && strings.HasPrefix(p, r.Path+"/") {
+				e.root, e.rel, found = r, strings.TrimPrefix(p, r.Path+"/"), true
+				break
+			}
+		}
+		if !found {
+			return nil, bad("entry %s: outside the places the agent can write", p)
+		}
+		switch h.Typeflag {
+		case tar.TypeDir:
+			if !e.root.Dir {
+				return nil, bad("entry %s: a directory where the agent can only write a file", p)
+			}
+		case tar.TypeReg:
+			if e.root.Dir && e.rel == "." {
+				return nil, bad("entry %s: a file in place of a directory", p)
+			}
+		case tar.TypeSymlink, tar.TypeLink:
+			if e.rel == "." {
+				return nil, bad("entry %s: a link in place of a root", p)
+			}
+			if h.Typeflag == tar.TypeLink {
+				target := "/" + h.Linkname
+				if isDir, ok := seen[target]; !ok || isDir || path.Clean(target) != target || !strings.HasPrefix(target, e.root.Path+"/") {
+					return nil, bad("entry %s: a hard link to %s, not an earlier file of its directory", p, target)
+				}
+				h.Linkname = strings.TrimPrefix(target, e.root.Path+"/")
+			}
+		default:
+			return nil, bad("entry %s: type %q is not restored", p, h.Typeflag)
+		}
+		if e.rel != "." {
+			if _, dup := seen[p]; dup {
+				return nil, bad("entry %s: twice in the archive", p)
+			}
+			parent := path.Dir(p)
+			if isDir, ok := seen[parent]; parent != e.root.Path && (!ok || !isDir) {
+				return nil, bad("entry %s: its directory is not an earlier directory of the archive", p)
+			}
+		}
+		seen[p] = h.Typeflag == tar.TypeDir
+		if h.Typeflag == tar.TypeReg {
+			if h.Size < 0 || h.Size > int64(len(data)) {
+				return nil, bad("entry %s: size %d", p, h.Size)
+			}
+			e.data = make([]byte, h.Size)
+			if _, err := io.ReadFull(tr, e.data); err != nil {
+				return nil, bad("entry %s: %v", p, err)
+			}
+		}
+		out = append(out, e)
+	}
+}
+
+// makeEntry makes one entry inside its directory root rt, or writes a file
+// root (rt nil).
+func makeEntry(rt *os.Root, e restoreEntry) error {
+	mode := fs.FileMode(e.h.Mode).Perm()
+	switch e.h.Typeflag {
+	case tar.TypeDir:
+		if e.rel == "." {
+			return nil
+		}
+		// Private until its mode is set at the end.
+		return rt.Mkdir(e.rel, 0o700)
+	case tar.TypeSymlink:
+		return rt.Symlink(e.h.Linkname, e.rel)
+	case tar.TypeLink:
+		return rt.Link(e.h.Linkname, e.rel)
+	}
+	var f *os.File
+	var err error
+	if rt == nil {
+		// A file root: it exists, in a directory the agent cannot
+		// write; only its content and mode can change.
+		f, err = os.OpenFile(e.root.Path, os.O_WRONLY|os.O_TRUNC|syscall.O_NOFOLLOW, 0)
+	} else {
+		f, err = rt.OpenFile(e.rel, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, 0o600)
+	}
+	if err != nil {
+		return err
+	}
+	_, werr := f.Write(e.data)
+	cerr := f.Close()
+	if err := errors.Join(werr, cerr); err != nil {
+		return err
+	}
+	if rt == nil {
+		if err := os.Chmod(e.root.Path, mode); err != nil {
+			return err
+		}
+		return os.Chtimes(e.root.Path, time.Time{}, e.h.ModTime)
+	}
+	if err := rt.Chmod(e.rel, mode); err != nil {
+		return err
+	}
+	return rt.Chtimes(e.rel, time.Time{}, e.h.ModTime)
+}
