@@ -15,6 +15,8 @@ Many-task environments: ``client.tasks(env, offset, limit)``,
 ``client.iter_tasks(env)`` and :func:`seed_index` (which task a seed picks).
 Gymnasium: :mod:`gymserver.gym`. GRPO groups: :mod:`gymserver.grpo`.
 Reward computers and advantage estimators: :mod:`gymserver.rewards`.
+The server's maps (hello, envs, snapshot, test results, ...) are typed in
+:mod:`gymserver.shapes` (``TypedDict`` s, for type checkers).
 Trainer adapters: :mod:`gymserver.adapters`. Wire spec: server/wire/PROTOCOL.md.
 """
 

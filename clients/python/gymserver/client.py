@@ -13,7 +13,7 @@ import asyncio
 import collections
 import itertools
 import logging
-from typing import Any, AsyncIterator, Deque, Dict, List, Mapping, Optional, Union
+from typing import Any, AsyncIterator, Deque, Dict, List, Mapping, Optional, Union, cast
 
 from . import _wire
 from .errors import (
@@ -33,6 +33,7 @@ from .results import (
     ToolCall,
     normalize_tool_calls,
 )
+from .shapes import EnvSpec, Limits, ServerInfo, SnapshotInfo, TaskSpec, ToolSchema
 from .tasks import DEFAULT_TASKS_LIMIT, MAX_TASKS_LIMIT, TaskPage
 
 __all__ = ["AsyncClient", "AsyncSession", "DEFAULT_PARSER", "CLIENT_NAME"]
@@ -82,8 +83,8 @@ class AsyncSession:
         self.task: str = str(result.get("task") or "")
         self.system_prompt: str = str(result.get("system_prompt") or "")
         self.prompt: str = str(result.get("prompt") or "")
-        self.tools: List[Dict[str, Any]] = [dict(t) for t in (result.get("tools") or []) if isinstance(t, Mapping)]
-        self.limits: Dict[str, Any] = dict(result.get("limits") or {})
+        self.tools: List[ToolSchema] = [dict(t) for t in (result.get("tools") or []) if isinstance(t, Mapping)]  # type: ignore[misc]
+        self.limits: Limits = dict(result.get("limits") or {})  # type: ignore[assignment]
         self.initial_messages: List[Message] = [dict(m) for m in (result.get("messages") or []) if isinstance(m, Mapping)]
         self.messages: List[Message] = [dict(m) for m in self.initial_messages]
         self.parser = parser
@@ -163,7 +164,7 @@ class AsyncSession:
         self.done = True
         return Evaluation.from_wire(res)
 
-    async def snapshot(self, *, timeout: Optional[float] = _NOT_SET) -> Dict[str, Any]:
+    async def snapshot(self, *, timeout: Optional[float] = _NOT_SET) -> SnapshotInfo:
         """snapshot saves the session's state while its episode runs (PROTOCOL.md §4.8).
 
         It returns the snapshot map (``id``, ``env``, ``task``,
@@ -174,7 +175,7 @@ class AsyncSession:
         :class:`~gymserver.errors.EpisodeDone` once the episode has ended.
         """
         res = await self._client.request("snapshot", timeout=timeout, session=self.id)
-        snap = dict(res.get("snapshot") or {})
+        snap = cast(SnapshotInfo, dict(res.get("snapshot") or {}))
         self._client._snapshot_messages[str(snap.get("id") or "")] = [dict(m) for m in self.messages]
         return snap
 
@@ -253,7 +254,7 @@ class AsyncClient:
         self.max_frame_bytes = max_frame_bytes
         self.parser = parser
         self.client_name = client_name
-        self.server_info: Dict[str, Any] = {}
+        self.server_info: ServerInfo = {}
         self._ws: Any = None
         self._reader: Optional["asyncio.Task[None]"] = None
         self._ids = itertools.count(1)
@@ -415,18 +416,18 @@ class AsyncClient:
 
     # --- ops -------------------------------------------------------------
 
-    async def hello(self, *, timeout: Optional[float] = _NOT_SET) -> Dict[str, Any]:
+    async def hello(self, *, timeout: Optional[float] = _NOT_SET) -> ServerInfo:
         """hello returns the server's versions, ops, parsers, capabilities and limits (PROTOCOL.md §4.1)."""
-        return await self.request("hello", timeout=timeout, client=self.client_name)
+        return cast(ServerInfo, await self.request("hello", timeout=timeout, client=self.client_name))
 
-    async def envs(self, *, timeout: Optional[float] = _NOT_SET) -> List[Dict[str, Any]]:
+    async def envs(self, *, timeout: Optional[float] = _NOT_SET) -> List[EnvSpec]:
         """envs lists the environments: ``[{id, description, tasks, task_count, tools, snapshot}]`` sorted by id.
 
         ``tasks`` holds at most the first 100 tasks; ``task_count`` says how
         many there are, and :meth:`tasks` / :meth:`iter_tasks` list them all.
         """
         res = await self.request("envs", timeout=timeout)
-        return [dict(e) for e in (res.get("envs") or []) if isinstance(e, Mapping)]
+        return [cast(EnvSpec, dict(e)) for e in (res.get("envs") or []) if isinstance(e, Mapping)]
 
     async def tasks(
         self,
@@ -458,7 +459,7 @@ class AsyncClient:
         prompts: bool = True,
         page_size: int = MAX_TASKS_LIMIT,
         timeout: Optional[float] = _NOT_SET,
-    ) -> AsyncIterator[Dict[str, Any]]:
+    ) -> AsyncIterator[TaskSpec]:
         """iter_tasks yields every task of an environment, in order, fetching pages of ``page_size`` as it goes.
 
         Use it as ``async for task in client.iter_tasks(env): ...``.

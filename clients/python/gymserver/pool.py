@@ -15,6 +15,7 @@ from typing import Any, AsyncIterator, Dict, List, Mapping, Optional, Union
 
 from .client import _NOT_SET, AsyncClient, AsyncSession
 from .errors import ConnectionLost, GymServerError, ResourceExhausted
+from .shapes import EnvSpec, ServerInfo, TaskSpec
 from .tasks import DEFAULT_TASKS_LIMIT, MAX_TASKS_LIMIT, TaskPage
 
 __all__ = ["AsyncPool", "DEFAULT_SESSIONS_PER_CONNECTION"]
@@ -97,7 +98,7 @@ class AsyncPool:
         return [s for c in self._conns for s in c.sessions]
 
     @property
-    def server_info(self) -> Dict[str, Any]:
+    def server_info(self) -> ServerInfo:
         """server_info is the hello result of the first connection."""
         return self._conns[0].server_info if self._conns else {}
 
@@ -270,11 +271,11 @@ class AsyncPool:
         """
         return await (await self._any()).request(op, timeout=timeout, **fields)
 
-    async def hello(self, *, timeout: Optional[float] = _NOT_SET) -> Dict[str, Any]:
+    async def hello(self, *, timeout: Optional[float] = _NOT_SET) -> ServerInfo:
         """hello returns the server's versions, ops, parsers, capabilities and limits."""
         return await (await self._any()).hello(timeout=timeout)
 
-    async def envs(self, *, timeout: Optional[float] = _NOT_SET) -> List[Dict[str, Any]]:
+    async def envs(self, *, timeout: Optional[float] = _NOT_SET) -> List[EnvSpec]:
         """envs lists the environments; see :meth:`AsyncClient.envs`."""
         return await (await self._any()).envs(timeout=timeout)
 
@@ -292,7 +293,7 @@ class AsyncPool:
 
     async def iter_tasks(
         self, env: str, *, prompts: bool = True, page_size: int = MAX_TASKS_LIMIT, timeout: Optional[float] = _NOT_SET
-    ) -> AsyncIterator[Dict[str, Any]]:
+    ) -> AsyncIterator[TaskSpec]:
         """iter_tasks yields every task of an environment; see :meth:`AsyncClient.iter_tasks`."""
         c = await self._any()
         async for t in c.iter_tasks(env, prompts=prompts, page_size=page_size, timeout=timeout):

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
 
 from .errors import ERROR_CODES, MASKED_CLASSES
+from .shapes import CommandResult, TestCase
 
 __all__ = [
     "Message",
@@ -97,8 +98,8 @@ class Evaluation:
     errors: int = 0
     skipped: int = 0
     total: int = 0
-    tests: List[Dict[str, Any]] = field(default_factory=list)
-    commands: List[Dict[str, Any]] = field(default_factory=list)
+    tests: List[TestCase] = field(default_factory=list)
+    commands: List[CommandResult] = field(default_factory=list)
     duration: float = 0.0
     raw: Dict[str, Any] = field(default_factory=dict, repr=False)
 

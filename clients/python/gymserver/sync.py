@@ -19,6 +19,7 @@ from typing import Any, Awaitable, Dict, Generic, Iterator, List, Mapping, Optio
 from .client import _NOT_SET, AsyncClient, AsyncSession
 from .errors import ConnectionLost
 from .pool import AsyncPool
+from .shapes import EnvSpec, Limits, ServerInfo, SnapshotInfo, TaskSpec, ToolSchema
 from .results import Action, CloseResult, Evaluation, Message, StepResult
 from .tasks import DEFAULT_TASKS_LIMIT, MAX_TASKS_LIMIT, TaskPage
 
@@ -63,8 +64,8 @@ class Session:
     task: _Mirror[str] = _Mirror("task is the task id.")
     system_prompt: _Mirror[str] = _Mirror("system_prompt is the environment's system prompt.")
     prompt: _Mirror[str] = _Mirror("prompt is the task prompt.")
-    tools: _Mirror[List[Dict[str, Any]]] = _Mirror("tools are the OpenAI tool schemas the agent may call.")
-    limits: _Mirror[Dict[str, Any]] = _Mirror("limits are the episode bounds: max_actions, global_timeout, command_timeout.")
+    tools: _Mirror[List[ToolSchema]] = _Mirror("tools are the OpenAI tool schemas the agent may call.")
+    limits: _Mirror[Limits] = _Mirror("limits are the episode bounds: max_actions, global_timeout, command_timeout.")
     messages: _Mirror[List[Message]] = _Mirror("messages is the running chat transcript (initial messages plus every step).")
     initial_messages: _Mirror[List[Message]] = _Mirror("initial_messages is the transcript the reset returned.")
     done: _Mirror[bool] = _Mirror("done reports whether the episode has ended (or the session is closed).")
@@ -91,7 +92,7 @@ class Session:
         """evaluate ends the episode and returns the hidden tests' verdict (idempotent)."""
         return self._client._run(self._inner.evaluate(timeout=timeout))
 
-    def snapshot(self, *, timeout: Optional[float] = _NOT_SET) -> Dict[str, Any]:
+    def snapshot(self, *, timeout: Optional[float] = _NOT_SET) -> SnapshotInfo:
         """snapshot saves the session's state; see :meth:`AsyncSession.snapshot`."""
         return self._client._run(self._inner.snapshot(timeout=timeout))
 
@@ -154,7 +155,7 @@ class Client:
         return not self._closed and self._aclient.connected
 
     @property
-    def server_info(self) -> Dict[str, Any]:
+    def server_info(self) -> ServerInfo:
         """server_info is the hello result received when connecting."""
         return self._aclient.server_info
 
@@ -183,11 +184,11 @@ class Client:
             raise ConnectionLost("client closed")
         return asyncio.run_coroutine_threadsafe(coro, self._loop)  # type: ignore[arg-type]
 
-    def hello(self) -> Dict[str, Any]:
+    def hello(self) -> ServerInfo:
         """hello returns the server's versions, ops, parsers, capabilities and limits."""
         return self._run(self._aclient.hello())
 
-    def envs(self) -> List[Dict[str, Any]]:
+    def envs(self) -> List[EnvSpec]:
         """envs lists the environments with their first 100 tasks, task_count and tools."""
         return self._run(self._aclient.envs())
 
@@ -205,7 +206,7 @@ class Client:
 
     def iter_tasks(
         self, env: str, *, prompts: bool = True, page_size: int = MAX_TASKS_LIMIT, timeout: Optional[float] = _NOT_SET
-    ) -> Iterator[Dict[str, Any]]:
+    ) -> Iterator[TaskSpec]:
         """iter_tasks yields every task of an environment, in order, fetching one page at a time."""
         offset = 0
         while True:

@@ -12,6 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping
 
+from .shapes import TaskSpec
+
 __all__ = ["TaskPage", "seed_index", "DEFAULT_TASKS_LIMIT", "MAX_TASKS_LIMIT"]
 
 #: DEFAULT_TASKS_LIMIT is the page size of ``tasks`` when none is given.
@@ -66,7 +68,7 @@ class TaskPage:
     env: str = ""
     total: int = 0
     offset: int = 0
-    tasks: List[Dict[str, Any]] = field(default_factory=list)
+    tasks: List[TaskSpec] = field(default_factory=list)
     raw: Dict[str, Any] = field(default_factory=dict, repr=False)
 
     @property
