@@ -41,7 +41,8 @@ func (l *latencies) quantile(q float64) time.Duration {
 func BenchmarkProtocolStep(b *testing.B) {
 	for _, sessions := range []int{1, 64} {
 		b.Run(map[int]string{1: "sessions=1", 64: "sessions=64"}[sessions], func(b *testing.B) {
-			ts := startServer(b, server.Options{}, nil)
+			// Every step is one action: no episode may reach max_actions.
+			ts := startServer(b, server.Options{}, memEnv().SetMaxActions(b.N+1))
 			c := dial(b, ts, gymclient.Options{})
 			ctx := context.Background()
 			ss := make([]*gymclient.Session, sessions)
