@@ -12,6 +12,7 @@
 //	gymserver image ls [--json]
 //	gymserver image prune [--all] [--dry-run] [--max-images N] [--max-bytes SIZE] [--json]
 //	gymserver reap     [--all] [--dry-run] [--json]
+//	gymserver view     RESULTS.json [-o report.html]
 package main
 
 import (
@@ -60,6 +61,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return runImage(ctx, args[1:], stdout, stderr)
 	case "reap":
 		return runReap(ctx, args[1:], stdout, stderr)
+	case "view":
+		return runView(ctx, args[1:], stdout, stderr)
 	case "help", "-h", "-help", "--help":
 		usage(stdout)
 		return 0
@@ -79,6 +82,7 @@ Commands:
   image     build [REF...]          build the registry-free base image (debootstrap)
   image     ls | prune              list the image cache; remove stale or unused images
   reap      [--all] [--dry-run]     remove containers and snapshots of dead servers
+  view      RESULTS.json            write a rollout's HTML report (stats, plots, transcripts)
 
 Run "gymserver COMMAND -h" for a command's flags.
 `)
