@@ -13,7 +13,7 @@ func TestHelpExitsZero(t *testing.T) {
 	noDockerNoKeys(t)
 	cmds := [][]string{
 		{"rollout"}, {"serve"}, {"validate"}, {"image", "build"}, {"image", "ls"},
-		{"image", "prune"}, {"reap"}, {"image"}, {},
+		{"image", "prune"}, {"reap"}, {"image"}, {"view"}, {},
 	}
 	for _, cmd := range cmds {
 		for _, h := range []string{"-h", "--help", "-help"} {
