@@ -67,7 +67,7 @@ func Load(path string) (*Run, error) {
 		if t.TrajectoryID == "" || t.EnvironmentID == "" {
 			return nil, fmt.Errorf("%s: no trajectory_id or environment_id: %w", path, ErrNotResults)
 		}
-		run.Records = []rollout.Record{recordOf(&t, filepath.Base(path))}
+		run.Records = []rollout.Record{rollout.RecordOf(&t, filepath.Base(path))}
 		run.Trajectories = []*gym.Trajectory{&t}
 	default:
 		return nil, fmt.Errorf("%s: %w", path, ErrNotResults)
@@ -141,21 +141,4 @@ func plansOf(recs []rollout.Record) []rollout.EnvPlan {
 		plans = append(plans, rollout.EnvPlan{ID: env, TaskCount: len(ids), Tasks: ids})
 	}
 	return plans
-}
-
-// recordOf summarises a trajectory as a results record.
-func recordOf(t *gym.Trajectory, file string) rollout.Record {
-	return rollout.Record{
-		TrajectoryID:   t.TrajectoryID,
-		EnvironmentID:  t.EnvironmentID,
-		TaskID:         t.TaskID,
-		Episode:        t.Episode,
-		SessionID:      t.SessionID,
-		TrajectoryFile: file,
-		StartTime:      t.StartTime,
-		EndTime:        t.EndTime,
-		Turns:          len(t.Turns),
-		Usage:          t.Usage,
-		EpisodeResult:  t.EpisodeResult,
-	}
 }

@@ -99,8 +99,9 @@ func readTrajectory(path string) (*gym.Trajectory, bool, error) {
 	return &t, true, nil
 }
 
-// recordOf summarises a trajectory for the results file.
-func recordOf(t *gym.Trajectory, file string) Record {
+// RecordOf summarises a trajectory as a results-file record; file is the
+// trajectory file's path as the record names it.
+func RecordOf(t *gym.Trajectory, file string) Record {
 	return Record{
 		TrajectoryID:   t.TrajectoryID,
 		EnvironmentID:  t.EnvironmentID,

@@ -557,7 +557,7 @@ func (r *Runner) runJob(ctx context.Context, j job) {
 			log.Warn("existing trajectory unreadable; running the episode again", "err", err)
 		}
 		if ok {
-			rec := recordOf(t, r.relative(path))
+			rec := RecordOf(t, r.relative(path))
 			rec.Resumed = true
 			r.mu.Lock()
 			r.started++
@@ -601,7 +601,7 @@ func (r *Runner) runJob(ctx context.Context, j job) {
 	er := t.EpisodeResult
 	log.Info("episode finished", "reward", er.FinalScore, "success", er.Success,
 		"reason", er.TerminatedReason, "error_class", er.ErrorClass, "actions", er.Actions, "duration", time.Duration(er.DurationSeconds*float64(time.Second)).Round(time.Millisecond))
-	r.finished(j, recordOf(t, r.relative(path)), t)
+	r.finished(j, RecordOf(t, r.relative(path)), t)
 }
 
 // settings returns what the config says of episode j's settings, for
