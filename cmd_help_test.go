@@ -13,7 +13,7 @@ func TestHelpExitsZero(t *testing.T) {
 	noDockerNoKeys(t)
 	cmds := [][]string{
 		{"rollout"}, {"serve"}, {"validate"}, {"image", "build"}, {"image", "ls"},
-		{"image", "prune"}, {"reap"}, {"image"}, {"view"}, {},
+		{"image", "prune"}, {"reap"}, {"image"}, {"view"}, {"bench"}, {},
 	}
 	for _, cmd := range cmds {
 		for _, h := range []string{"-h", "--help", "-help"} {
@@ -37,7 +37,7 @@ func TestHelpExitsZero(t *testing.T) {
 	if code := run(t.Context(), []string{"rollout", calculatorConfig, "-h"}, &out, &errb); code != 0 || !strings.Contains(out.String(), "--llm-enable-caching") && !strings.Contains(out.String(), "-llm-enable-caching") {
 		t.Errorf("rollout CONFIG -h: exit %d, stdout:\n%s\nstderr:\n%s", code, out.String(), errb.String())
 	}
-	for _, cmd := range [][]string{{"rollout", "--bogus"}, {"serve", "--bogus"}, {"reap", "--bogus"}} {
+	for _, cmd := range [][]string{{"rollout", "--bogus"}, {"serve", "--bogus"}, {"reap", "--bogus"}, {"bench", "--bogus"}} {
 		var out, errb bytes.Buffer
 		code := run(t.Context(), cmd, &out, &errb)
 		if code != 2 || !strings.Contains(errb.String(), "not defined: -bogus") || !strings.Contains(errb.String(), "usage: gymserver") || out.Len() != 0 {

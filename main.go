@@ -13,6 +13,7 @@
 //	gymserver image prune [--all] [--dry-run] [--max-images N] [--max-bytes SIZE] [--json]
 //	gymserver reap     [--all] [--dry-run] [--json]
 //	gymserver view     RESULTS.json [-o report.html]
+//	gymserver bench    [--url URL] [--sessions N] [--conns M] [--steps S] [--command CMD | --write-bytes B] [--json]
 package main
 
 import (
@@ -63,6 +64,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return runReap(ctx, args[1:], stdout, stderr)
 	case "view":
 		return runView(ctx, args[1:], stdout, stderr)
+	case "bench":
+		return runBench(ctx, args[1:], stdout, stderr)
 	case "help", "-h", "-help", "--help":
 		usage(stdout)
 		return 0
@@ -83,6 +86,7 @@ Commands:
   image     ls | prune              list the image cache; remove stale or unused images
   reap      [--all] [--dry-run]     remove containers and snapshots of dead servers
   view      RESULTS.json            write a rollout's HTML report (stats, plots, transcripts)
+  bench     [--url URL]             load a running server: N sessions, latency percentiles, errors, CPU per step
 
 Run "gymserver COMMAND -h" for a command's flags.
 `)
