@@ -54,13 +54,17 @@ func (o *Options) setDefaults() {
 // Close it to release the connection; the server then closes every session
 // opened through it.
 type Client struct {
+	url  string
 	ws   *websocket.Conn
 	opts Options
 	// wmu serialises writes of data frames.
 	wmu    sync.Mutex
 	nextID atomic.Uint64
-	wg     sync.WaitGroup // reader and pinger
-	done   chan struct{}  // closed when the connection is gone
+	// open counts the sessions started through this client and not yet
+	// closed through it (see OpenSessions).
+	open atomic.Int64
+	wg   sync.WaitGroup // reader and pinger
+	done chan struct{}  // closed when the connection is gone
 
 	// mu guards the fields below.
 	mu      sync.Mutex
@@ -100,6 +104,7 @@ func Dial(ctx context.Context, url string, opts Options) (*Client, error) {
 	}
 	ws.SetReadLimit(opts.MaxFrameBytes)
 	c := &Client{
+		url:     url,
 		ws:      ws,
 		opts:    opts,
 		done:    make(chan struct{}),
@@ -157,6 +162,20 @@ func (c *Client) Close() error {
 	c.ws.Close()
 	c.wg.Wait()
 	return nil
+}
+
+// URL returns the server's WebSocket URL, as Dial completed it.
+func (c *Client) URL() string { return c.url }
+
+// OpenSessions returns the number of sessions started through c (Reset,
+// ResetGroup, Fork) and not yet closed through Session.Close. Sessions
+// the server ended on its own (idle timeout) count until closed.
+func (c *Client) OpenSessions() int { return int(c.open.Load()) }
+
+// newSession returns a session of c and counts it as open.
+func (c *Client) newSession(id string) *Session {
+	c.open.Add(1)
+	return &Session{c: c, id: id}
 }
 
 // Done is closed when the connection is gone; Err then says why.
@@ -406,7 +425,7 @@ func (c *Client) Reset(ctx context.Context, env string, req gym.ResetRequest) (*
 	if err != nil {
 		return nil, gym.Reset{}, fmt.Errorf("env %s: %w", env, err)
 	}
-	return &Session{c: c, id: res.SessionID}, wire.ToReset(res), nil
+	return c.newSession(res.SessionID), wire.ToReset(res), nil
 }
 
 // Fork starts n sessions (n < 1 means 1) from a snapshot this connection
@@ -426,7 +445,7 @@ func (c *Client) Fork(ctx context.Context, snapshotID string, n int) ([]*Session
 	sessions := make([]*Session, len(res.Sessions))
 	resets := make([]gym.Reset, len(res.Sessions))
 	for i, r := range res.Sessions {
-		sessions[i] = &Session{c: c, id: r.SessionID}
+		sessions[i] = c.newSession(r.SessionID)
 		resets[i] = wire.ToReset(r)
 	}
 	return sessions, resets, nil
@@ -450,7 +469,7 @@ func (c *Client) ResetGroup(ctx context.Context, env string, req gym.ResetReques
 	sessions := make([]*Session, len(res.Sessions))
 	resets := make([]gym.Reset, len(res.Sessions))
 	for i, r := range res.Sessions {
-		sessions[i] = &Session{c: c, id: r.SessionID}
+		sessions[i] = c.newSession(r.SessionID)
 		resets[i] = wire.ToReset(r)
 	}
 	return sessions, resets, nil
@@ -568,8 +587,9 @@ func (e *Env) DropSnapshot(ctx context.Context, snapshotID string) error {
 // be called concurrently; the server runs them one at a time in the order
 // it receives them (Close excepted: it stops a running step).
 type Session struct {
-	c  *Client
-	id string
+	c      *Client
+	id     string
+	closed atomic.Bool // Close was called: no longer counted as open
 }
 
 var (
@@ -579,6 +599,10 @@ var (
 
 // ID returns the session id.
 func (s *Session) ID() string { return s.id }
+
+// Client returns the connection the session belongs to; its snapshots
+// belong to it too, so forks of them go through it (Client.Fork).
+func (s *Session) Client() *Client { return s.c }
 
 // Step applies an action: structured calls, or text (with its parser)
 // that the server parses; the result's ToolCalls are the calls it ran.
@@ -636,6 +660,9 @@ func (s *Session) Snapshot(ctx context.Context) (gym.Snapshot, error) {
 
 // Close ends the episode, removes the sandbox and returns the final result.
 func (s *Session) Close(ctx context.Context) (gym.Result, error) {
+	if !s.closed.Swap(true) {
+		s.c.open.Add(-1)
+	}
 	var res wire.Result
 	if err := s.c.Do(ctx, wire.Request{Op: wire.OpClose, Session: s.id}, &res); err != nil {
 		return gym.Result{}, fmt.Errorf("session %s: %w", s.id, err)
