@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import threading
-from typing import Any, Awaitable, Dict, Generic, Iterator, List, Mapping, Optional, TypeVar, Union, overload
+from typing import Any, Awaitable, Dict, Generic, Iterator, List, Mapping, Optional, Sequence, TypeVar, Union, overload
 
 from .client import _NOT_SET, AsyncClient, AsyncSession
 from .errors import ConnectionLost
@@ -124,18 +124,25 @@ class Client:
 
     With ``pool=True`` it holds an :class:`~gymserver.pool.AsyncPool`
     instead of one connection: new sessions go to further connections when
-    one is at the server's per-connection session limit (``max_connections``
-    and ``sessions_per_connection`` are then accepted as well).
+    one is at the server's per-connection session limit (``max_connections``,
+    ``sessions_per_connection``, ``retry_min`` and ``retry_max`` are then
+    accepted as well), and ``url`` may name several servers (a list, or
+    comma-separated URLs) over which sessions are spread.
     """
 
-    def __init__(self, url: str, *, pool: bool = False, **options: Any) -> None:
+    def __init__(self, url: Union[str, Sequence[str]], *, pool: bool = False, **options: Any) -> None:
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="gymserver-client", daemon=True)
         self._thread.start()
         self._closed = False
         self._lock = threading.Lock()
         try:
-            self._aclient: Union[AsyncClient, AsyncPool] = AsyncPool(url, **options) if pool else AsyncClient(url, **options)
+            if pool:
+                self._aclient: Union[AsyncClient, AsyncPool] = AsyncPool(url, **options)
+            elif isinstance(url, str) and "," not in url:
+                self._aclient = AsyncClient(url, **options)
+            else:
+                raise ValueError("several server URLs need pool=True")
             self._run(self._aclient.connect())
         except BaseException:
             self._stop_loop()

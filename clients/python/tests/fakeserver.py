@@ -98,12 +98,12 @@ def parse_text(parser: str, text: str) -> List[Tuple[str, str]]:
 class FakeServer:
     """FakeServer runs the toy server on 127.0.0.1:<free port> in a background thread."""
 
-    def __init__(self, token: Optional[str] = None, max_sessions_per_connection: int = 512) -> None:
+    def __init__(self, token: Optional[str] = None, max_sessions_per_connection: int = 512, port: int = 0) -> None:
         self.token = token
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
         self.server: Any = None
-        self.port = 0
+        self.port = port
         self.ids = itertools.count(1)
         self.connections: List[Any] = []
         self.sessions: Dict[str, FakeSession] = {}
@@ -122,7 +122,7 @@ class FakeServer:
         return self
 
     async def _start(self) -> None:
-        self.server = await serve(self._handler, "127.0.0.1", 0, subprotocols=[SUBPROTOCOL],
+        self.server = await serve(self._handler, "127.0.0.1", self.port, subprotocols=[SUBPROTOCOL],
                                   process_request=self._process_request, compression=None, max_size=None)
         self.port = self.server.sockets[0].getsockname()[1]
 
