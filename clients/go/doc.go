@@ -20,6 +20,15 @@
 // request. Snapshots belong to the connection that took them and are
 // dropped when it closes.
 //
+// Many servers: a Pool (DialPool or NewPool) holds one connection to each
+// of several servers and spreads new sessions over them: the server with
+// the fewest open sessions of the pool, ties round robin. A group
+// (Pool.ResetGroup) goes to one server as a whole, and forks go to the
+// server of the snapshot's session. When a server goes away its sessions
+// fail with errors of class unavailable; new sessions go to the others and
+// the lost server is tried again after a backoff. Pool.Env returns a
+// gym.Env whose resets go through the pool.
+//
 // Errors from the server keep their class: gym.ClassOf and errors.Is with
 // the gym sentinels work on them, and errors.As gives the *Error with the
 // wire code, reason and mask hint. A lost connection fails every pending
