@@ -189,12 +189,17 @@ def live_server(live_env: Dict[str, Path]) -> Iterator[LiveServer]:
         yield srv
     finally:
         srv.stop()
-        deadline = time.monotonic() + 60
-        left = _docker_leftovers(srv.proc.pid)
-        while left and time.monotonic() < deadline:
-            time.sleep(0.5)
-            left = _docker_leftovers(srv.proc.pid)
-        assert not left, f"containers labelled gymserver.owner left behind: {left}"
+        assert_no_leftovers(srv.proc.pid)
+
+
+def assert_no_leftovers(pid: int, timeout: float = 60) -> None:
+    """assert_no_leftovers waits until the server process pid owns no container, failing after timeout."""
+    deadline = time.monotonic() + timeout
+    left = _docker_leftovers(pid)
+    while left and time.monotonic() < deadline:
+        time.sleep(0.5)
+        left = _docker_leftovers(pid)
+    assert not left, f"containers labelled gymserver.owner of server pid {pid} left behind: {left}"
 
 
 @pytest.fixture(scope="session")

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import signal
-import time
 import urllib.request
 from typing import Any, Callable, Dict, List
 
@@ -19,7 +18,7 @@ import gymserver
 from gymserver import AsyncPool, AsyncSession, errors
 from gymserver._wire import normalize_url
 from gymserver.adapters import _shared
-from conftest import LiveServer, _docker_leftovers, start_live
+from conftest import LiveServer, assert_no_leftovers, start_live
 from fakeserver import FakeServer
 
 ENV = "calculator_api"
@@ -168,9 +167,4 @@ def test_pool_many_live_servers(live_env: Dict[str, Any]) -> None:
             s.stop()
         # the killed server's janitor removes its containers
         for s in c.servers + c.killed:
-            deadline = time.monotonic() + 60
-            left = _docker_leftovers(s.proc.pid)
-            while left and time.monotonic() < deadline:
-                time.sleep(0.5)
-                left = _docker_leftovers(s.proc.pid)
-            assert not left, f"containers of server pid {s.proc.pid} left behind: {left}"
+            assert_no_leftovers(s.proc.pid)
