@@ -32,9 +32,10 @@ func sampleRun() *Run {
 			{Role: "system", Content: "system prompt"},
 			{Role: "user", Content: "task prompt " + hostile},
 			{Role: "assistant", Content: "thinking " + hostile, ToolCalls: []gym.ToolCall{call}},
-			{Role: "tool", Name: "execute_command", ToolCallID: "c1", Content: "Exit code: 3\nstdout:\n" + hostile},
+			{Role: "tool", Name: "execute_command", ToolCallID: "c1", Content: "Exit code: 3\nstdout:\n" + hostile + "\n[... 1234 bytes omitted ...]\ntail " + hostile},
 		},
-		Steps: []gym.TrajectoryStep{{StepID: "s1", Action: gym.TrajectoryAction{Type: "command", ToolCall: call},
+		Turns: []gym.TrajectoryTurn{{Turn: 1, MessageIndex: 2, Duration: gym.Duration(250 * time.Millisecond), ToolCalls: 1}},
+		Steps: []gym.TrajectoryStep{{StepID: "s1", Timestamp: gym.TimeOf(start.Add(2 * time.Second)), Action: gym.TrajectoryAction{Type: "command", ToolCall: call, Turn: 1},
 			Result: gym.TrajectoryResult{Output: hostile, ExitCode: 3, Duration: gym.Duration(1500 * time.Millisecond)}}},
 		Evaluation: &gym.Evaluation{Reward: 0.5, Mode: "pass_rate", Passed: 1, Failed: 1, Total: 2,
 			Tests: []gym.TestCase{
@@ -108,6 +109,13 @@ func TestWriteEscapes(t *testing.T) {
 		`data-reason="sandbox_error" data-mask="true"`,             // filter data
 		`<title>reward 0.50–0.60: 1 episodes</title>`,              // the masked episode is not counted
 		"Time: 4.250s in all, 1.500s in tool calls, 2.000s in evaluation.",
+		// The step ended 2s after the start, took 1.5s, after a turn of
+		// 0.25s: the reset took 0.25s; 4.25 - 0.25 - 0.25 - 1.5 - 2 = 0.25 is other.
+		"Breakdown: reset 0.250s; policy 0.250s; tools 1.500s; evaluation 2.000s; other 0.250s;",
+		`<mark class="cut" title="the output was cut here: its head and tail are kept">[... 1234 bytes omitted ...]</mark>` + "\ntail &lt;script&gt;",
+		`<title>1s–2s: 1 tool calls</title>`,
+		`<title>#0 env/task&lt;script&gt;alert(&#34;x&#34;)&lt;/script&gt;&lt;img src=x onerror=alert(1)&gt;: reset 0.250s</title>`,
+		`<tr><th>total over 1 episodes</th><td>0.250s</td><td>0.250s</td><td>1.500s</td><td>2.000s</td><td>0.250s</td></tr>`,
 	} {
 		if !strings.Contains(page, want) {
 			t.Errorf("the page lacks %q", want)
@@ -132,6 +140,31 @@ func TestHistogram(t *testing.T) {
 	}
 	if p.Empty || !histogram(nil, 10).Empty {
 		t.Error("Empty is wrong")
+	}
+}
+
+func TestLatencyHistogram(t *testing.T) {
+	p := latencyHistogram([]float64{0.0005, 0.003, 0.003, 0.004, 1000})
+	var got []string
+	for _, b := range p.Bars {
+		got = append(got, b.Title)
+	}
+	want := []string{
+		"0–1ms: 1 tool calls", "1ms–2ms: 0 tool calls", "2ms–5ms: 3 tool calls", "5ms–10ms: 0 tool calls",
+		"10ms–20ms: 0 tool calls", "20ms–50ms: 0 tool calls", "50ms–100ms: 0 tool calls", "100ms–200ms: 0 tool calls",
+		"200ms–500ms: 0 tool calls", "500ms–1s: 0 tool calls", "1s–2s: 0 tool calls", "2s–5s: 0 tool calls",
+		"5s–10s: 0 tool calls", "10s–30s: 0 tool calls", "30s–1min: 0 tool calls", "1min–5min: 0 tool calls",
+		"5min–∞: 1 tool calls",
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("bins (-want +got):\n%s", diff)
+	}
+	// A narrow run shows six bins around it.
+	if p := latencyHistogram([]float64{0.003}); len(p.Bars) != 6 || p.Bars[0].Title != "2ms–5ms: 1 tool calls" {
+		t.Errorf("one step: %d bars, first %q", len(p.Bars), p.Bars[0].Title)
+	}
+	if !latencyHistogram(nil).Empty {
+		t.Error("no steps: not Empty")
 	}
 }
 
