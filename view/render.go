@@ -264,7 +264,6 @@ func (ep *episode) fill(t *gym.Trajectory) {
 	}
 }
 
-
 // prettyJSON indents s when it is a JSON value (tool arguments, plugin
 // data, given as text), else returns it unchanged: the model's malformed
 // arguments are shown as it wrote them.
