@@ -149,7 +149,7 @@ func (d *dashboard) closed(s *session, r gym.Result, err error) {
 		Reason: string(r.TerminationReason), AgentDone: r.AgentDone, End: r.EndTime,
 	}
 	if !r.StartTime.IsZero() && !r.EndTime.IsZero() {
-		ep.DurationSeconds = r.EndTime.Sub(r.StartTime).Seconds()
+		ep.AgentSeconds = r.EndTime.Sub(r.StartTime).Seconds()
 	}
 	if err != nil {
 		ep.Error = err.Error()
@@ -249,22 +249,24 @@ type uiEnv struct {
 
 // uiEpisode is one closed session.
 type uiEpisode struct {
-	Session         string    `json:"session"`
-	Env             string    `json:"env"`
-	Task            string    `json:"task"`
-	Steps           int       `json:"steps"`
-	Actions         int       `json:"actions"`
-	Reason          string    `json:"reason"`
-	AgentDone       bool      `json:"agent_done"`
-	Reward          *float64  `json:"reward"`
-	Mask            bool      `json:"mask"`
-	TestsPassed     int       `json:"tests_passed"`
-	TestsTotal      int       `json:"tests_total"`
-	DurationSeconds float64   `json:"duration_seconds"`
-	EvalSeconds     float64   `json:"eval_seconds"`
-	ErrorClass      string    `json:"error_class,omitempty"`
-	Error           string    `json:"error,omitempty"`
-	End             time.Time `json:"end"`
+	Session     string   `json:"session"`
+	Env         string   `json:"env"`
+	Task        string   `json:"task"`
+	Steps       int      `json:"steps"`
+	Actions     int      `json:"actions"`
+	Reason      string   `json:"reason"`
+	AgentDone   bool     `json:"agent_done"`
+	Reward      *float64 `json:"reward"`
+	Mask        bool     `json:"mask"`
+	TestsPassed int      `json:"tests_passed"`
+	TestsTotal  int      `json:"tests_total"`
+	// AgentSeconds is the agent's part: from the reset to the end of the
+	// episode (EndTime of gym.Result), the evaluation not included.
+	AgentSeconds float64   `json:"agent_seconds"`
+	EvalSeconds  float64   `json:"eval_seconds"`
+	ErrorClass   string    `json:"error_class,omitempty"`
+	Error        string    `json:"error,omitempty"`
+	End          time.Time `json:"end"`
 }
 
 // uiBucket is one bucket of a histogram: the values up to LE seconds

@@ -68,7 +68,8 @@ func columns(counts []int, titles []string, ticks map[int]string) plot {
 		most = max(most, c)
 	}
 	n := max(len(counts), 1)
-	bw := float64(w-left-10) / float64(n)
+	// Room on the right for the last tick's label.
+	bw := float64(w-left-30) / float64(n)
 	ph := float64(h - bottom - top)
 	for i, c := range counts {
 		bh := ph * float64(c) / float64(most)
