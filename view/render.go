@@ -22,15 +22,36 @@ import (
 //go:embed report.html.tmpl
 var reportHTML string
 
-var reportTmpl = template.Must(template.New("report").Funcs(template.FuncMap{
-	"pct":   func(f float64) string { return strconv.FormatFloat(100*f, 'f', 1, 64) + "%" },
-	"num":   func(f float64) string { return strconv.FormatFloat(f, 'f', 3, 64) },
-	"secs":  secsLabel,
-	"dur":   func(d gym.Duration) string { return secsLabel(d.Seconds()) },
-	"pjson": prettyJSON,
-	"cut":   cutHTML,
-	"part":  func(b breakdown, k int) float64 { return b[k] },
-}).Parse(reportHTML))
+var reportTmpl = template1("report", reportHTML)
+
+// template1 parses a page's template with the functions the pages use and
+// the shared definitions of report.html.tmpl ("plot", "agg").
+func template1(name, text string) *template.Template {
+	t := template.New(name).Funcs(template.FuncMap{
+		"pct": func(f float64) string { return strconv.FormatFloat(100*f, 'f', 1, 64) + "%" },
+		"num": func(f float64) string { return strconv.FormatFloat(f, 'f', 3, 64) },
+		// signed shows a difference with its sign.
+		"signed": func(f float64, pct bool) string {
+			s := strconv.FormatFloat(f, 'f', 3, 64)
+			if pct {
+				s = strconv.FormatFloat(100*f, 'f', 1, 64) + " pts"
+			}
+			if f > 0 {
+				s = "+" + s
+			}
+			return s
+		},
+		"secs":  secsLabel,
+		"dur":   func(d gym.Duration) string { return secsLabel(d.Seconds()) },
+		"pjson": prettyJSON,
+		"cut":   cutHTML,
+		"part":  func(b breakdown, k int) float64 { return b[k] },
+	})
+	if name != "report" {
+		template.Must(t.New("shared").Parse(reportHTML))
+	}
+	return template.Must(t.New(name).Parse(text))
+}
 
 // Write renders run as one self-contained HTML page to w.
 func Write(w io.Writer, run *Run) error {

@@ -3,6 +3,7 @@ package view
 import (
 	"bytes"
 	"flag"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -177,6 +178,51 @@ func TestPrettyJSON(t *testing.T) {
 	} {
 		if got := prettyJSON(in); got != want {
 			t.Errorf("prettyJSON(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+// TestCompare compares sampleRun with a run where task "other" scored 1
+// and a third task ran: the differences, the tasks of one run only, and
+// the escaping of task names.
+func TestCompare(t *testing.T) {
+	a := sampleRun()
+	b := sampleRun()
+	b.Records[1].EpisodeResult = gym.EpisodeResult{FinalScore: 1, Success: true, TerminatedReason: gym.ReasonCompleted, TestsPassed: 1, TestsTotal: 1}
+	b.Records[0].EpisodeResult.FinalScore = 0.25
+	b.Records = append(b.Records, rollout.Record{TrajectoryID: "t-2", EnvironmentID: "env", TaskID: "new",
+		EpisodeResult: gym.EpisodeResult{FinalScore: 0, TerminatedReason: gym.ReasonMaxActions}})
+	b.Trajectories = append(b.Trajectories, nil)
+	b.Stats = rollout.Compute(b.Records, plansOf(b.Records))
+	b.Source = "/runs/b/results.json"
+
+	p := compareOf(a, b)
+	var got []string
+	for _, tp := range p.Tasks {
+		got = append(got, fmt.Sprintf("%s a=%v b=%v comparable=%v rate%+.2f mean%+.2f", tp.Key, tp.A != nil, tp.B != nil, tp.Comparable, tp.DeltaRate, tp.DeltaMean))
+	}
+	want := []string{
+		"env/new a=false b=true comparable=false rate+0.00 mean+0.00",
+		"env/other a=true b=true comparable=false rate+0.00 mean+0.00", // masked in A: nothing scored
+		"env/task" + hostile + " a=true b=true comparable=true rate+0.00 mean-0.25",
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("tasks (-want +got):\n%s", diff)
+	}
+	if p.Common != 2 || p.A.Title != "runs/results.json" || p.B.Title != "b/results.json" {
+		t.Errorf("common %d, titles %q %q", p.Common, p.A.Title, p.B.Title)
+	}
+	var buf bytes.Buffer
+	if err := WriteCompare(&buf, a, b); err != nil {
+		t.Fatal(err)
+	}
+	page := buf.String()
+	if strings.Contains(page, "<script") || strings.Contains(page, "<img") {
+		t.Error("the comparison holds text from the files unescaped")
+	}
+	for _, w := range []string{`<td class="down">-0.250</td></tr>`, `<td colspan="3" class="muted">not run</td>`, "2 of 3 tasks are in both runs."} {
+		if !strings.Contains(page, w) {
+			t.Errorf("the comparison lacks %q", w)
 		}
 	}
 }
