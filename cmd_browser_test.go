@@ -195,15 +195,21 @@ func (b *browser) dom() string {
 	return s
 }
 
-// screenshot saves the page, height pixels of it from the top, as
-// out/screenshots/<name>.png.
-func (b *browser) screenshot(name string, height int) {
+// screenshot saves the page as out/screenshots/<name>.png: from the top,
+// or from the element from (a CSS selector), to the end or for maxHeight
+// pixels.
+func (b *browser) screenshot(name, from string, maxHeight int) {
 	b.t.Helper()
+	y := 0.0
+	if from != "" {
+		y, _ = b.eval(`document.querySelector(` + strconv.Quote(from) + `).getBoundingClientRect().top + window.scrollY`).(float64)
+	}
+	height := min(b.eval("document.documentElement.scrollHeight").(float64)-y, float64(maxHeight))
 	var r struct {
 		Data string `json:"data"`
 	}
 	b.call("Page.captureScreenshot", map[string]any{"format": "png", "captureBeyondViewport": true,
-		"clip": map[string]any{"x": 0, "y": 0, "width": 1280, "height": height, "scale": 1}}, &r)
+		"clip": map[string]any{"x": 0, "y": y, "width": 1280, "height": height, "scale": 1}}, &r)
 	png, err := base64.StdEncoding.DecodeString(r.Data)
 	if err != nil {
 		b.t.Fatal(err)
@@ -336,7 +342,7 @@ func TestBrowserDashboard(t *testing.T) {
 	b := startBrowser(t, browser)
 	// Ready when an event rendered the live session's three steps.
 	b.open("http://"+addr+"/ui/?token="+token, `document.getElementById("status").textContent === "live" && document.getElementById("stat-sessions").textContent === "1"`)
-	b.screenshot("dashboard", 1400)
+	b.screenshot("dashboard", "", 1400)
 	dom := b.dom()
 	for id, want := range map[string]string{
 		"stat-sessions":    "1",
@@ -419,10 +425,10 @@ func TestBrowserViewer(t *testing.T) {
 
 	b := startBrowser(t, browser)
 	b.open("file://"+report, `document.getElementById("f-count").textContent !== ""`)
-	b.screenshot("viewer", 1400)
+	b.screenshot("viewer", "", 1400)
 	// #ep-0 opens the episode: its transcript and tests.
 	b.open("file://"+report+"#ep-0", `document.getElementById("ep-0").open`)
-	b.screenshot("viewer-episode", min(int(b.eval("document.documentElement.scrollHeight").(float64)), 8000))
+	b.screenshot("viewer-episode", "#ep-0", 1600)
 	dom := b.dom()
 	if got, want := byID(t, dom, "f-count"), "1 of 1 episodes"; got != want {
 		t.Errorf("filter count %q, want %q (the page's script ran)", got, want)
