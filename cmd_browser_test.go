@@ -262,6 +262,21 @@ func cells(t *testing.T, dom, id string) [][]string {
 	return rows
 }
 
+// oracleRollout runs `gymserver rollout` of the calculator environment
+// with the oracle policy (its reference solution) and the extra flags,
+// writing out.
+func oracleRollout(t *testing.T, bin, out string, extra ...string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Minute)
+	defer cancel()
+	args := append([]string{"rollout", calculatorConfig, "--policy", "oracle", "--output", out, "--quiet"}, extra...)
+	cmd := exec.CommandContext(ctx, bin, args...)
+	cmd.Env = append(os.Environ(), "OPENROUTER_API_KEY=", "OPENAI_API_KEY=")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("rollout: %v\n%s", err, b)
+	}
+}
+
 // TestBrowserDashboard starts `serve --ui --token` with the calculator
 // environment (Docker), runs a real oracle rollout through it and keeps
 // one more session open, then loads the dashboard in headless Chromium,
@@ -279,13 +294,9 @@ func TestBrowserDashboard(t *testing.T) {
 
 	// A finished episode: a real rollout through the server.
 	out := filepath.Join(t.TempDir(), "results.json")
+	oracleRollout(t, bin, out, "--server", ws, "--token", token)
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, bin, "rollout", calculatorConfig, "--policy", "oracle", "--server", ws, "--token", token, "--output", out, "--quiet")
-	cmd.Env = append(os.Environ(), "OPENROUTER_API_KEY=", "OPENAI_API_KEY=")
-	if b, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("rollout: %v\n%s", err, b)
-	}
 	var recs []rollout.Record
 	readFile(t, out, &recs)
 	if len(recs) != 1 || recs[0].EpisodeResult.FinalScore != 1 {
@@ -402,13 +413,9 @@ func TestBrowserViewer(t *testing.T) {
 	bin := validateBinary(t)
 	dir := t.TempDir()
 	out := filepath.Join(dir, "run", "results.json")
+	oracleRollout(t, bin, out)
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, bin, "rollout", calculatorConfig, "--policy", "oracle", "--output", out, "--quiet")
-	cmd.Env = append(os.Environ(), "OPENROUTER_API_KEY=", "OPENAI_API_KEY=")
-	if b, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("rollout: %v\n%s", err, b)
-	}
 	report := filepath.Join(dir, "report.html")
 	if b, err := exec.CommandContext(ctx, bin, "view", out, "-o", report).CombinedOutput(); err != nil {
 		t.Fatalf("view: %v\n%s", err, b)
