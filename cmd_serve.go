@@ -41,6 +41,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	janitorLog := fs.String("janitor-log", "", "file the janitor appends what it removed to (default: none)")
 	drainTimeout := fs.Duration("drain-timeout", server.DefaultDrainTimeout, "on SIGTERM, how long in-flight requests may finish")
 	logLevel := fs.String("log-level", "INFO", "log level: DEBUG, INFO, WARN (or WARNING), ERROR, CRITICAL")
+	ui := fs.Bool("ui", false, "serve a read-only live dashboard under /ui/ (with --token: open /ui/?token=TOKEN once; the browser keeps a cookie)")
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), "usage: gymserver serve --config CONFIG.json [--addr 127.0.0.1:8080] [--token T] [flags]")
 		fs.PrintDefaults()
@@ -99,6 +100,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		IdleSessionTTL:        *idleTTL,
 		PingInterval:          *pingInterval,
 		DrainTimeout:          *drainTimeout,
+		UI:                    *ui,
 	})
 	if err != nil {
 		closeEnvs(context.WithoutCancel(ctx))
@@ -107,6 +109,9 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	}
 	// Tests and fixtures read this exact line (PROTOCOL.md §8).
 	fmt.Fprintf(stderr, "listening on %s\n", ln.Addr())
+	if *ui {
+		fmt.Fprintf(stderr, "dashboard: http://%s/ui/\n", ln.Addr())
+	}
 	code := 0
 	if err := srv.Serve(ctx, ln); err != nil {
 		logger.Error("serve", "err", err)

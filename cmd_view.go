@@ -13,33 +13,49 @@ import (
 	"github.com/gymserver/gymserver/view"
 )
 
-// runView writes the HTML report of a rollout's outputs.
+// runView writes the HTML report of a rollout's outputs, or of two
+// rollouts side by side.
 func runView(_ context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("view", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	out := fs.String("o", "", "HTML file to write (default: RESULTS with the extension .html; - for stdout)")
+	out := fs.String("o", "", "HTML file to write (default: RESULTS with the extension .html, or A.compare.html for two runs; - for stdout)")
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), "usage: gymserver view RESULTS.json|TRAJECTORY.json [-o report.html]")
+		fmt.Fprintln(fs.Output(), "       gymserver view A/results.json B/results.json [-o compare.html]   (two runs side by side)")
 		fs.PrintDefaults()
 	}
 	if code, ok := parseFlags(fs, reorderArgs(fs, args), stdout, stderr); !ok {
 		return code
 	}
-	if fs.NArg() != 1 {
+	if fs.NArg() != 1 && fs.NArg() != 2 {
 		fs.Usage()
 		return 2
 	}
+	var runs []*view.Run
+	for _, src := range fs.Args() {
+		run, err := view.Load(src)
+		if err != nil {
+			fmt.Fprintf(stderr, "gymserver view: %v\n", err)
+			return 1
+		}
+		prefix := ""
+		if fs.NArg() == 2 {
+			prefix = src + ": "
+		}
+		for i, msg := range run.TrajectoryErrors {
+			fmt.Fprintf(stderr, "gymserver view: warning: %sepisode %s: %s\n", prefix, run.Records[i].TrajectoryID, msg)
+		}
+		runs = append(runs, run)
+	}
 	src := fs.Arg(0)
-	run, err := view.Load(src)
-	if err != nil {
-		fmt.Fprintf(stderr, "gymserver view: %v\n", err)
-		return 1
-	}
-	for i, msg := range run.TrajectoryErrors {
-		fmt.Fprintf(stderr, "gymserver view: warning: episode %s: %s\n", run.Records[i].TrajectoryID, msg)
-	}
 	var buf bytes.Buffer
-	if err := view.Write(&buf, run); err != nil {
+	var err error
+	if len(runs) == 2 {
+		err = view.WriteCompare(&buf, runs[0], runs[1])
+	} else {
+		err = view.Write(&buf, runs[0])
+	}
+	if err != nil {
 		fmt.Fprintf(stderr, "gymserver view: %v\n", err)
 		return 1
 	}
@@ -53,11 +69,18 @@ func runView(_ context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	if dest == "" {
 		dest = strings.TrimSuffix(src, filepath.Ext(src)) + ".html"
+		if len(runs) == 2 {
+			dest = strings.TrimSuffix(src, filepath.Ext(src)) + ".compare.html"
+		}
 	}
 	if err := os.WriteFile(dest, buf.Bytes(), 0o644); err != nil {
 		fmt.Fprintf(stderr, "gymserver view: %v\n", err)
 		return 1
 	}
-	fmt.Fprintf(stderr, "report: %s (%d episodes)\n", dest, len(run.Records))
+	if len(runs) == 2 {
+		fmt.Fprintf(stderr, "comparison: %s (%d and %d episodes)\n", dest, len(runs[0].Records), len(runs[1].Records))
+		return 0
+	}
+	fmt.Fprintf(stderr, "report: %s (%d episodes)\n", dest, len(runs[0].Records))
 	return 0
 }

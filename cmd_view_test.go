@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"fmt"
 	"html"
 	"os"
 	"path/filepath"
@@ -215,6 +216,52 @@ func TestViewOutputs(t *testing.T) {
 	})
 }
 
+// TestViewCompare runs two real rollouts of the same task and checks the
+// comparison page of `gymserver view A B`: both runs' stats and the task
+// with its difference (view's TestCompare covers tasks in one run only and
+// differences of either sign).
+func TestViewCompare(t *testing.T) {
+	a := viewRollout(t)
+	b := viewRollout(t)
+	var sa, sb rollout.Stats
+	readFile(t, rollout.StatsPath(a), &sa)
+	readFile(t, rollout.StatsPath(b), &sb)
+	code, _, stderr := viewCmd(t, a, b)
+	if code != 0 {
+		t.Fatalf("view A B: exit %d, stderr:\n%s", code, stderr)
+	}
+	out := strings.TrimSuffix(a, ".json") + ".compare.html"
+	if !strings.Contains(stderr, "comparison: "+out+" (4 and 4 episodes)") {
+		t.Errorf("stderr does not name the comparison %s:\n%s", out, stderr)
+	}
+	page, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ta, tb := sa.Tasks["echo/echo"], sb.Tasks["echo/echo"]
+	if ta.Episodes != 4 || tb.Episodes != 4 {
+		t.Fatalf("stats: A %+v, B %+v", ta, tb)
+	}
+	delta := tb.MeanReward - ta.MeanReward
+	sign := ""
+	if delta > 0 {
+		sign = "+"
+	}
+	for _, want := range []string{
+		fmt.Sprintf("<tr><th>A</th><td>%d</td><td>%d</td><td>%d</td>", sa.Overall.Episodes, sa.Overall.Scored, sa.Overall.Successes),
+		fmt.Sprintf("<tr><th>B</th><td>%d</td><td>%d</td><td>%d</td>", sb.Overall.Episodes, sb.Overall.Scored, sb.Overall.Successes),
+		"<tr><td>echo/echo</td>",
+		fmt.Sprintf("<td>4</td><td>%.1f%%</td><td>%.3f</td>", 100*ta.SuccessRate, ta.MeanReward),
+		fmt.Sprintf(">%s%.3f</td></tr>", sign, delta),
+		"1 of 1 tasks are in both runs.",
+		`id="reward-histogram-a"><svg`, `id="reward-histogram-b"><svg`,
+	} {
+		if !strings.Contains(string(page), want) {
+			t.Errorf("the comparison lacks %q", want)
+		}
+	}
+}
+
 // TestViewErrors checks usage errors (exit 2), -h (exit 0) and bad input
 // (exit 1, a clear message, no usage).
 func TestViewErrors(t *testing.T) {
@@ -234,7 +281,8 @@ func TestViewErrors(t *testing.T) {
 	}{
 		{"help", []string{"-h"}, 0, ""},
 		{"no_args", nil, 2, "usage: gymserver view"},
-		{"two_args", []string{"a.json", "b.json"}, 2, "usage: gymserver view"},
+		{"three_args", []string{"a.json", "b.json", "c.json"}, 2, "usage: gymserver view"},
+		{"second_missing", []string{write("r0.json", `[]`), filepath.Join(dir, "nope.json")}, 1, "no such file or directory"},
 		{"bad_flag", []string{"--bogus", "a.json"}, 2, "not defined: -bogus"},
 		{"missing_file", []string{filepath.Join(dir, "nope.json")}, 1, "no such file or directory"},
 		{"config_file", []string{write("config.json", `{"environments": []}`)}, 1, "not a rollout results file"},

@@ -550,6 +550,7 @@ func (c *conn) register(s *session) bool {
 	c.srv.sessions[s] = struct{}{}
 	c.srv.mu.Unlock()
 	c.srv.metrics.sessions.Inc()
+	c.srv.ui.opened(s)
 	return true
 }
 
@@ -706,7 +707,9 @@ func (c *conn) step(req wire.Request, s *session, action gym.Action) {
 		c.reply(req.ID, nil, err)
 		return
 	}
-	c.srv.metrics.step.WithLabelValues(s.env).Observe(time.Since(start).Seconds())
+	took := time.Since(start)
+	c.srv.metrics.step.WithLabelValues(s.env).Observe(took.Seconds())
+	c.srv.ui.stepped(s, res, took)
 	c.reply(req.ID, wire.FromStepResult(res), nil)
 }
 

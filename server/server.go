@@ -81,6 +81,9 @@ type Options struct {
 	// CloseTimeout bounds the closing of one session (sandbox removal).
 	// Serve gives Shutdown DrainTimeout plus CloseTimeout in all.
 	CloseTimeout time.Duration
+	// UI serves the read-only dashboard under /ui/ (ui.go), behind Token
+	// when one is set.
+	UI bool
 }
 
 // The defaults of Options.
@@ -191,6 +194,7 @@ type Server struct {
 	inflight     tracker
 	bg           sync.WaitGroup // reaper and expiry goroutines
 	stop         chan struct{}  // closed by Shutdown to stop the reaper
+	ui           *dashboard     // nil without Options.UI
 
 	// mu guards the fields below.
 	mu       sync.Mutex
@@ -231,6 +235,9 @@ func New(o Options) (*Server, error) {
 		envIDs = append(envIDs, spec.ID)
 	}
 	s.metrics = newMetrics(containers, envIDs, s.forkers)
+	if o.UI {
+		s.ui = newDashboard(s)
+	}
 	ops := wire.Ops()
 	caps := []string{wire.CapPipelining, wire.CapMultiSession, wire.CapMultiCall, wire.CapRawText, wire.CapEvaluate}
 	if len(s.forkers) > 0 {
@@ -267,7 +274,7 @@ func New(o Options) (*Server, error) {
 }
 
 // Handler returns the HTTP handler: /v1/ws, /v1/envs,
-// /v1/envs/{id}/tasks, /healthz, /metrics.
+// /v1/envs/{id}/tasks, /healthz, /metrics, and /ui/ with Options.UI.
 func (s *Server) Handler() http.Handler {
 	r := chi.NewRouter()
 	r.Get("/healthz", s.healthz)
@@ -278,6 +285,9 @@ func (s *Server) Handler() http.Handler {
 		r.Get("/v1/envs/{id}/tasks", s.tasksJSON)
 		r.Get(wire.Path, s.upgrade)
 	})
+	if s.ui != nil {
+		s.ui.routes(r)
+	}
 	return r
 }
 

@@ -25,6 +25,8 @@ type session struct {
 	// result and closeErr are written before closeDone is closed.
 	result   gym.Result
 	closeErr error
+	// live is what the dashboard shows of the session (ui.go).
+	live liveStats
 
 	// mu guards the fields below.
 	mu       sync.Mutex
@@ -36,7 +38,9 @@ type session struct {
 }
 
 func newSession(c *conn, env string, gs gym.Session) *session {
-	return &session{id: gs.ID(), env: env, gs: gs, conn: c, closeDone: make(chan struct{}), lastUsed: time.Now()}
+	s := &session{id: gs.ID(), env: env, gs: gs, conn: c, closeDone: make(chan struct{}), lastUsed: time.Now()}
+	s.live.opened = s.lastUsed
+	return s
 }
 
 // enqueue reserves the next turn on the session: the returned prev is
@@ -122,6 +126,7 @@ func (s *session) close(expired bool) (gym.Result, error) {
 			c.log.Warn("close session", "session_id", s.id, "env", s.env, "err", s.closeErr)
 		}
 		c.srv.forget(s)
+		c.srv.ui.closed(s, s.result, s.closeErr)
 		close(s.closeDone)
 	})
 	<-s.closeDone

@@ -10,8 +10,10 @@ import (
 	"io"
 	"maps"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/gymserver/gymserver/gym"
 	"github.com/gymserver/gymserver/policy/rollout"
@@ -20,13 +22,36 @@ import (
 //go:embed report.html.tmpl
 var reportHTML string
 
-var reportTmpl = template.Must(template.New("report").Funcs(template.FuncMap{
-	"pct":   func(f float64) string { return strconv.FormatFloat(100*f, 'f', 1, 64) + "%" },
-	"num":   func(f float64) string { return strconv.FormatFloat(f, 'f', 3, 64) },
-	"secs":  secs,
-	"dur":   func(d gym.Duration) string { return secs(d.Seconds()) },
-	"pjson": prettyJSON,
-}).Parse(reportHTML))
+var reportTmpl = template1("report", reportHTML)
+
+// template1 parses a page's template with the functions the pages use and
+// the shared definitions of report.html.tmpl ("plot", "agg").
+func template1(name, text string) *template.Template {
+	t := template.New(name).Funcs(template.FuncMap{
+		"pct": func(f float64) string { return strconv.FormatFloat(100*f, 'f', 1, 64) + "%" },
+		"num": func(f float64) string { return strconv.FormatFloat(f, 'f', 3, 64) },
+		// signed shows a difference with its sign.
+		"signed": func(f float64, pct bool) string {
+			s := strconv.FormatFloat(f, 'f', 3, 64)
+			if pct {
+				s = strconv.FormatFloat(100*f, 'f', 1, 64) + " pts"
+			}
+			if f > 0 {
+				s = "+" + s
+			}
+			return s
+		},
+		"secs":  secsLabel,
+		"dur":   func(d gym.Duration) string { return secsLabel(d.Seconds()) },
+		"pjson": prettyJSON,
+		"cut":   cutHTML,
+		"part":  func(b breakdown, k int) float64 { return b[k] },
+	})
+	if name != "report" {
+		template.Must(t.New("shared").Parse(reportHTML))
+	}
+	return template.Must(t.New(name).Parse(text))
+}
 
 // Write renders run as one self-contained HTML page to w.
 func Write(w io.Writer, run *Run) error {
@@ -51,6 +76,15 @@ type page struct {
 	Episodes      []episode
 	Histogram     plot
 	TaskSuccess   plot
+	// StepLatency bins the durations of every tool call of the run.
+	StepLatency plot
+	// Times draws each episode's time breakdown; MeanTime the mean over
+	// the episodes with a trajectory, whose sum is TotalTime.
+	Times     plot
+	MeanTime  plot
+	TotalTime breakdown
+	Timed     int
+	Parts     []string
 }
 
 type envRow struct {
@@ -68,7 +102,10 @@ type episode struct {
 	Turns    []turn
 	StepSecs float64
 	EvalSecs float64
-	Plugins  string
+	// Time is the breakdown of the episode's time, when it has a
+	// trajectory.
+	Time    breakdown
+	Plugins string
 }
 
 // turn is one message of the transcript; a tool message carries the step
@@ -106,6 +143,7 @@ func pageOf(run *Run) page {
 		ep := episode{N: i, Rec: rec, TaskKey: rec.EnvironmentID + "/" + cmp.Or(rec.TaskID, rec.EnvironmentID), TrajErr: run.TrajectoryErrors[i]}
 		if i < len(run.Trajectories) && run.Trajectories[i] != nil {
 			ep.fill(run.Trajectories[i])
+			ep.Time = timeOf(run.Trajectories[i], rec.EpisodeResult.DurationSeconds)
 		}
 		reasons[string(rec.EpisodeResult.TerminatedReason)] = true
 		tasks[ep.TaskKey] = true
@@ -114,11 +152,100 @@ func pageOf(run *Run) page {
 		}
 		p.Episodes = append(p.Episodes, ep)
 	}
+	p.timing()
 	p.Reasons = slices.Sorted(maps.Keys(reasons))
 	p.TaskKeys = slices.Sorted(maps.Keys(tasks))
 	p.Histogram = histogram(rewards, 10)
 	p.TaskSuccess = taskSuccess(p.Tasks)
 	return p
+}
+
+// maxTimeRows bounds the episodes drawn in the time breakdown.
+const maxTimeRows = 200
+
+// timing sets the step-latency and time-breakdown plots of p from its
+// episodes.
+func (p *page) timing() {
+	var lat []float64
+	var rows []timeRow
+	for _, ep := range p.Episodes {
+		if ep.Traj == nil {
+			continue
+		}
+		for _, st := range ep.Traj.Steps {
+			lat = append(lat, st.Result.Duration.Seconds())
+		}
+		for k, v := range ep.Time {
+			p.TotalTime[k] += v
+		}
+		p.Timed++
+		if len(rows) < maxTimeRows {
+			rows = append(rows, timeRow{Label: fmt.Sprintf("#%d %s", ep.N, ep.TaskKey), Parts: ep.Time})
+		}
+	}
+	p.Parts = timeParts[:]
+	p.StepLatency = latencyHistogram(lat)
+	p.Times = timeBars(rows)
+	if p.Timed == 0 {
+		p.MeanTime = plot{Empty: true}
+		return
+	}
+	var mean breakdown
+	for k, v := range p.TotalTime {
+		mean[k] = v / float64(p.Timed)
+	}
+	p.MeanTime = timeBars([]timeRow{{Label: fmt.Sprintf("mean of %d episodes", p.Timed), Parts: mean}})
+}
+
+// timeOf splits an episode of total seconds into its parts: the policy's
+// turns, the tool calls and the evaluation as recorded, the reset as the
+// time from the start to the first tool call less the policy turns before
+// it (steps are stamped when they end), and the rest as other. With no
+// tool call the reset cannot be told apart and is counted as other.
+func timeOf(t *gym.Trajectory, total float64) breakdown {
+	var b breakdown
+	for _, tu := range t.Turns {
+		b[partPolicy] += tu.Duration.Seconds()
+	}
+	for _, st := range t.Steps {
+		b[partTools] += st.Result.Duration.Seconds()
+	}
+	if t.Evaluation != nil {
+		b[partEval] = t.Evaluation.Duration.Seconds()
+	}
+	if len(t.Steps) > 0 && !t.StartTime.IsZero() && !t.Steps[0].Timestamp.IsZero() {
+		first := t.Steps[0]
+		before := first.Timestamp.Sub(t.StartTime.Time).Seconds() - first.Result.Duration.Seconds()
+		for _, tu := range t.Turns {
+			if tu.Turn <= first.Action.Turn {
+				before -= tu.Duration.Seconds()
+			}
+		}
+		b[partReset] = max(before, 0)
+	}
+	if total <= 0 && !t.StartTime.IsZero() && !t.EndTime.IsZero() {
+		total = t.EndTime.Sub(t.StartTime.Time).Seconds()
+	}
+	b[partOther] = max(total-b[partReset]-b[partPolicy]-b[partTools]-b[partEval], 0)
+	return b
+}
+
+// omitted matches the mark of the middle cut of a long output.
+var omitted = regexp.MustCompile(`\[\.\.\. \d+ bytes omitted \.\.\.\]`)
+
+// cutHTML escapes an output and marks its head/tail cut.
+func cutHTML(s string) template.HTML {
+	var b strings.Builder
+	last := 0
+	for _, m := range omitted.FindAllStringIndex(s, -1) {
+		b.WriteString(template.HTMLEscapeString(s[last:m[0]]))
+		b.WriteString(`<mark class="cut" title="the output was cut here: its head and tail are kept">`)
+		b.WriteString(template.HTMLEscapeString(s[m[0]:m[1]]))
+		b.WriteString(`</mark>`)
+		last = m[1]
+	}
+	b.WriteString(template.HTMLEscapeString(s[last:]))
+	return template.HTML(b.String())
 }
 
 // fill sets the transcript, evaluation and timing of an episode from its
@@ -156,15 +283,6 @@ func (ep *episode) fill(t *gym.Trajectory) {
 			ep.Plugins = string(b)
 		}
 	}
-}
-
-// secs formats seconds with millisecond precision below 10s.
-func secs(f float64) string {
-	prec := 1
-	if f < 10 {
-		prec = 3
-	}
-	return strconv.FormatFloat(f, 'f', prec, 64) + "s"
 }
 
 // prettyJSON indents s when it is a JSON value (tool arguments, plugin
