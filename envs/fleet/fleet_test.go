@@ -56,6 +56,9 @@ func newRig(t *testing.T) *rig {
 		Docker: docker.Options{
 			ExecutorBinary:   sandboxtest.ExecutorBinary(t),
 			ImageCacheLabels: []string{dockertest.NoPruneLabel},
+			// A warm pool on each engine: the pooled sandbox of a killed
+			// engine must not serve a session once it is back.
+			WarmPool: 1,
 		},
 		BuildBase: func(ctx context.Context, cli *client.Client, ref string) error {
 			return baseimage.Build(ctx, cli, ref, os.Stderr)

@@ -155,16 +155,26 @@ func (e *Engine) logTail() string {
 // Kill ends the engine as a power cut would: SIGKILL to dockerd, its
 // containerd, the containerd shims and every process of its containers.
 // (Killing dockerd and containerd alone leaves the shims and the
-// containers' processes running.) Its files stay, for Restart.
+// containers' processes running.) As after a reboot, its mounts and its
+// exec root (on a host, under /run) are gone; its data root stays, for
+// Restart. (A stale containerd pid file would make the next dockerd wait
+// for a process that has the pid by reuse.)
 func (e *Engine) Kill() {
 	e.t.Helper()
 	if e.cmd == nil {
 		return
 	}
-	if err := e.killAll(); err != nil {
+	err := e.killAll()
+	e.cmd = nil
+	if err == nil {
+		err = unmountUnder(e.dir)
+	}
+	if err == nil {
+		err = os.RemoveAll(filepath.Join(e.dir, "exec"))
+	}
+	if err != nil {
 		e.t.Fatal(err)
 	}
-	e.cmd = nil
 }
 
 // killAll SIGKILLs every process of the engine and waits for dockerd.
