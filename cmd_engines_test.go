@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -14,8 +15,12 @@ import (
 
 	"github.com/docker/docker/client"
 
+	gymclient "github.com/gymserver/gymserver/clients/go"
+	"github.com/gymserver/gymserver/envs/docker"
 	"github.com/gymserver/gymserver/envs/docker/dockertest"
 	"github.com/gymserver/gymserver/envs/fleet"
+	"github.com/gymserver/gymserver/gym"
+	"github.com/gymserver/gymserver/internal/waittest"
 	"github.com/gymserver/gymserver/policy/rollout"
 )
 
@@ -95,6 +100,75 @@ func TestServeAndRolloutOverTwoEngines(t *testing.T) {
 			t.Errorf("rollout log lacks %q:\n%s", want, out)
 		}
 	}
+
+	killedServeLeavesNoContainers(t, bin, engines, map[string]*client.Client{"main": dockerClient(t), "x": x.Client()})
+}
+
+// killedServeLeavesNoContainers kills a `gymserver serve` over the engines
+// with SIGKILL while it holds a session on each, and checks that each
+// engine's janitor removes that engine's containers (the orphan timeout,
+// 10 minutes here, is not what removes them).
+func killedServeLeavesNoContainers(t *testing.T, bin string, engines []string, clis map[string]*client.Client) {
+	cmd := exec.Command(bin, append([]string{"serve", "--config", calculatorConfig, "--addr", "127.0.0.1:0",
+		"--orphan-after", "10m", "--log-level", "WARN"}, engines...)...)
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waited := make(chan struct{})
+	go func() {
+		_ = cmd.Wait()
+		close(waited)
+	}()
+	host, _ := os.Hostname()
+	ownerPrefix := fmt.Sprintf("%s:%d:", host, cmd.Process.Pid)
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		<-waited
+		// On failure, remove what the killed server left.
+		for _, cli := range clis {
+			if owners, err := ownersWithPrefix(context.Background(), cli, ownerPrefix); err == nil {
+				for _, o := range owners {
+					_ = docker.RemoveOwned(context.Background(), cli, o)
+				}
+			}
+		}
+	})
+	url := serveURL(t, stderr, waited)
+	c, err := gymclient.Dial(t.Context(), url, gymclient.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	for range 2 {
+		if _, _, err := c.Reset(t.Context(), "calculator_api", gym.ResetRequest{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for name, cli := range clis {
+		owners, err := ownersWithPrefix(t.Context(), cli, ownerPrefix)
+		if err != nil || len(owners) != 1 {
+			t.Fatalf("engine %s: owners %q of the server's containers (%v), want one", name, owners, err)
+		}
+	}
+	if err := cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	<-waited
+	killed := time.Now()
+	waittest.Until(t, "each engine's janitor to remove the killed server's containers", 2*time.Minute, func() (bool, error) {
+		for _, cli := range clis {
+			owners, err := ownersWithPrefix(t.Context(), cli, ownerPrefix)
+			if err != nil || len(owners) > 0 {
+				return false, err
+			}
+		}
+		return true, nil
+	})
+	t.Logf("both engines clean %s after the SIGKILL", time.Since(killed).Round(time.Millisecond))
 }
 
 func get(t *testing.T, url string) string {
