@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -16,7 +15,6 @@ import (
 	"github.com/docker/docker/client"
 
 	gymclient "github.com/gymserver/gymserver/clients/go"
-	"github.com/gymserver/gymserver/envs/docker"
 	"github.com/gymserver/gymserver/envs/docker/dockertest"
 	"github.com/gymserver/gymserver/envs/fleet"
 	"github.com/gymserver/gymserver/gym"
@@ -109,35 +107,12 @@ func TestServeAndRolloutOverTwoEngines(t *testing.T) {
 // engine's janitor removes that engine's containers (the orphan timeout,
 // 10 minutes here, is not what removes them).
 func killedServeLeavesNoContainers(t *testing.T, bin string, engines []string, clis map[string]*client.Client) {
-	cmd := exec.Command(bin, append([]string{"serve", "--config", calculatorConfig, "--addr", "127.0.0.1:0",
+	var list []*client.Client
+	for _, cli := range clis {
+		list = append(list, cli)
+	}
+	cmd, waited, ownerPrefix, url := killableServe(t, bin, list, append([]string{"--config", calculatorConfig, "--addr", "127.0.0.1:0",
 		"--orphan-after", "10m", "--log-level", "WARN"}, engines...)...)
-	stderr, err := cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	waited := make(chan struct{})
-	go func() {
-		_ = cmd.Wait()
-		close(waited)
-	}()
-	host, _ := os.Hostname()
-	ownerPrefix := fmt.Sprintf("%s:%d:", host, cmd.Process.Pid)
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		<-waited
-		// On failure, remove what the killed server left.
-		for _, cli := range clis {
-			if owners, err := ownersWithPrefix(context.Background(), cli, ownerPrefix); err == nil {
-				for _, o := range owners {
-					_ = docker.RemoveOwned(context.Background(), cli, o)
-				}
-			}
-		}
-	})
-	url := serveURL(t, stderr, waited)
 	c, err := gymclient.Dial(t.Context(), url, gymclient.Options{})
 	if err != nil {
 		t.Fatal(err)
