@@ -317,3 +317,67 @@ func TestFleetAcrossEngines(t *testing.T) {
 		t.Fatalf("%d live sandboxes after every session closed", n)
 	}
 }
+
+// TestStartOnDeadEngineGoesElsewhere kills an engine between health
+// checks (there are none in this test): the start placed on it fails,
+// the fleet finds it does not answer, marks it down and starts the
+// sandbox on the other engine.
+func TestStartOnDeadEngineGoesElsewhere(t *testing.T) {
+	x := dockertest.StartEngine(t, "dead")
+	f, err := fleet.New(t.Context(), fleet.Options{
+		Endpoints: []fleet.Endpoint{{Name: "main", Host: mainHost(), Capacity: 2}, {Name: "x", Host: x.Host(), Capacity: 2}},
+		Docker: docker.Options{
+			ExecutorBinary:   sandboxtest.ExecutorBinary(t),
+			ImageCacheLabels: []string{dockertest.NoPruneLabel},
+		},
+		HealthEvery: time.Hour,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		// x is dead (its provider's close fails; the engine's files go
+		// with the test's engine cleanup); main must be left clean.
+		f.Close(context.Background())
+		cli, err := client.NewClientWithOpts(client.WithHost(mainHost()), client.WithAPIVersionNegotiation())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cli.Close()
+		if n, err := dockertest.Leftovers(context.Background(), cli, f.Providers()["main"].Owner()); err != nil || n != 0 {
+			t.Errorf("engine main: %d containers left (%v)", n, err)
+		}
+	})
+	ctx := t.Context()
+	img, err := f.Prepare(ctx, sandbox.ImageSpec{BaseImage: baseimage.Python, WorkDir: "/workspace"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, err := f.Create(ctx, sandbox.Spec{Image: img, WorkDir: "/workspace"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer first.Close(context.Background())
+	if got := fleet.EngineOf(first); got != "main" {
+		t.Fatalf("first sandbox on %s, want main (a tie goes to the first listed)", got)
+	}
+	// x (0/2) is now the least loaded, but dead.
+	x.Kill()
+	second, err := f.Create(ctx, sandbox.Spec{Image: img, WorkDir: "/workspace"})
+	if err != nil {
+		t.Fatalf("create with x dead: %v", err)
+	}
+	defer second.Close(context.Background())
+	if got := fleet.EngineOf(second); got != "main" {
+		t.Fatalf("second sandbox on %s, want main", got)
+	}
+	r, err := second.Exec(ctx, sandbox.ExecRequest{Argv: []string{"echo", "ok"}})
+	if err != nil || !strings.Contains(string(r.Stdout), "ok") {
+		t.Fatalf("exec: %+v %v", r, err)
+	}
+	for _, e := range f.Engines() {
+		if e.Name == "x" && (e.Up || e.Downs != 1 || e.Sessions != 0) {
+			t.Fatalf("engine x after its failed start: %+v, want down once, no session", e)
+		}
+	}
+}
