@@ -10,10 +10,11 @@
 // never move.
 //
 // Health: every HealthEvery each engine is pinged, bounded by
-// HealthTimeout. An engine that fails is down: every call on its live
-// sandboxes fails with gym.ErrSandbox (the episode ends as a masked
-// sandbox_error), and placement skips it. It is up again, and placement
-// uses it again, after a ping that succeeds.
+// HealthTimeout. An engine that fails is down: every call on the
+// sandboxes it had fails with gym.ErrSandbox from then on, even after the
+// engine is back (the episode ends as a masked sandbox_error), and
+// placement skips it. It is up again, and placement uses it again, after
+// a ping that succeeds.
 //
 // Images: Prepare and Build run on the first engine that is up (the
 // home). Before a sandbox starts on another engine, the prepared image and
@@ -333,10 +334,12 @@ func (f *Fleet) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sandbox,
 		if err != nil {
 			return nil, err
 		}
+		// A down during the start ends the sandbox too.
+		downs := e.downs.Load()
 		sb, err := f.start(ctx, e, spec)
 		if err == nil {
 			e.sessionsPlaced.Add(1)
-			return newSandbox(f, e, sb), nil
+			return newSandbox(f, e, sb, downs), nil
 		}
 		f.release(e)
 		if pinned || ctx.Err() != nil || f.ping(ctx, e) == nil {
@@ -598,9 +601,20 @@ func (f *Fleet) ping(ctx context.Context, e *engine) error {
 	if ctx.Err() != nil {
 		return err
 	}
+	f.setHealth(e, err)
+	return err
+}
+
+// setHealth marks e up (err nil) or down after a health check.
+func (f *Fleet) setHealth(e *engine, err error) {
 	f.mu.Lock()
 	was := e.up
 	e.up = err == nil
+	if was && err != nil {
+		// Under mu, with up: a sandbox made before this sees the new
+		// count (see Sandbox.check).
+		e.downs.Add(1)
+	}
 	if err != nil {
 		e.lastErr = err.Error()
 		// Its images may not survive; they are checked again on return.
@@ -610,12 +624,10 @@ func (f *Fleet) ping(ctx context.Context, e *engine) error {
 	f.mu.Unlock()
 	switch {
 	case was && err != nil:
-		e.downs.Add(1)
 		f.log.Warn("engine down: its sessions fail, new ones go elsewhere", "engine", e.name, "live", live, "err", err)
 	case !was && err == nil:
 		f.log.Info("engine up again", "engine", e.name)
 	}
-	return err
 }
 
 // isUp reports whether e is up.

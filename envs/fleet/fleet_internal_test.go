@@ -2,10 +2,12 @@ package fleet
 
 import (
 	"context"
+	"errors"
 	"os"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/docker/docker/api/types/image"
 	"github.com/docker/docker/client"
@@ -13,6 +15,7 @@ import (
 	"github.com/gymserver/gymserver/envs/baseimage"
 	"github.com/gymserver/gymserver/envs/docker"
 	"github.com/gymserver/gymserver/envs/docker/dockertest"
+	"github.com/gymserver/gymserver/envs/sandbox"
 	"github.com/gymserver/gymserver/envs/sandbox/sandboxtest"
 	"github.com/gymserver/gymserver/gym"
 )
@@ -144,5 +147,84 @@ func TestConcurrentCopiesShareOneTransfer(t *testing.T) {
 	// An image no engine has is an error that says so.
 	if err := f.copyImages(t.Context(), dst, []string{"gymserver-test-absent:1"}); err == nil || !strings.Contains(err.Error(), errNoSource.Error()) {
 		t.Fatalf("copy of an image no engine has: %v", err)
+	}
+}
+
+// TestSandboxesEndWhenTheirEngineWentDown marks the host's engine down
+// and up again, as health checks would after a network blip, while a
+// sandbox on it lives on: the sandbox fails from the down on, even once
+// the engine is back, and a new sandbox works.
+func TestSandboxesEndWhenTheirEngineWentDown(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs Docker; skipped with -short")
+	}
+	main := os.Getenv("DOCKER_HOST")
+	if main == "" {
+		main = client.DefaultDockerHost
+	}
+	f, err := New(t.Context(), Options{
+		Endpoints:   []Endpoint{{Name: "main", Host: main}},
+		Docker:      docker.Options{ExecutorBinary: sandboxtest.ExecutorBinary(t), ImageCacheLabels: []string{dockertest.NoPruneLabel}},
+		HealthEvery: time.Hour,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := f.engines[0]
+	t.Cleanup(func() {
+		owner := e.p.Owner()
+		if err := f.Close(context.Background()); err != nil {
+			t.Error(err)
+		}
+		cli, err := client.NewClientWithOpts(client.WithHost(main), client.WithAPIVersionNegotiation())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cli.Close()
+		if n, err := dockertest.Leftovers(context.Background(), cli, owner); err != nil || n != 0 {
+			t.Errorf("%d containers left (%v)", n, err)
+		}
+	})
+	ctx := t.Context()
+	img, err := f.Prepare(ctx, sandbox.ImageSpec{BaseImage: baseimage.Python, WorkDir: "/workspace"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	echo := func(sb sandbox.Sandbox) error {
+		r, err := sb.Exec(ctx, sandbox.ExecRequest{Argv: []string{"echo", "ok"}})
+		if err == nil && !strings.Contains(string(r.Stdout), "ok") {
+			t.Fatalf("exec: %+v", r)
+		}
+		return err
+	}
+	old, err := f.Create(ctx, sandbox.Spec{Image: img, WorkDir: "/workspace"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer old.Close(context.Background())
+	if err := echo(old); err != nil {
+		t.Fatal(err)
+	}
+	f.setHealth(e, errors.New("blip"))
+	if err := echo(old); gym.ClassOf(err) != gym.ClassSandbox {
+		t.Fatalf("exec while the engine is down: %v, want sandbox_error", err)
+	}
+	if _, err := f.Create(ctx, sandbox.Spec{Image: img, WorkDir: "/workspace"}); gym.ClassOf(err) != gym.ClassSandbox {
+		t.Fatalf("create with every engine down: %v, want sandbox_error", err)
+	}
+	f.setHealth(e, nil)
+	if err := echo(old); gym.ClassOf(err) != gym.ClassSandbox {
+		t.Fatalf("exec on a sandbox whose engine went down and came back: %v, want sandbox_error", err)
+	}
+	fresh, err := f.Create(ctx, sandbox.Spec{Image: img, WorkDir: "/workspace"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fresh.Close(context.Background())
+	if err := echo(fresh); err != nil {
+		t.Fatalf("exec on a sandbox started after the engine came back: %v", err)
+	}
+	if in := f.Engines()[0]; !in.Up || in.Downs != 1 || in.Sessions != 2 {
+		t.Fatalf("engine: %+v, want up, one down, two sessions", in)
 	}
 }

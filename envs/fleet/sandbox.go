@@ -10,13 +10,16 @@ import (
 	"github.com/gymserver/gymserver/gym"
 )
 
-// Sandbox is a sandbox of one engine of the fleet. While its engine is
-// down every call but Close fails with gym.ErrSandbox, without reaching
-// the engine.
+// Sandbox is a sandbox of one engine of the fleet. Once its engine has
+// been down, even if it is up again, every call but Close fails with
+// gym.ErrSandbox, without reaching the engine: a session on an engine
+// that went down ends, whether or not its container survived.
 type Sandbox struct {
 	f     *Fleet
 	e     *engine
 	inner sandbox.Sandbox
+	// downs is e.downs when the sandbox started.
+	downs int64
 	once  sync.Once
 }
 
@@ -26,16 +29,18 @@ var (
 	_ sandbox.Archiver  = (*Sandbox)(nil)
 )
 
-func newSandbox(f *Fleet, e *engine, inner sandbox.Sandbox) *Sandbox {
-	return &Sandbox{f: f, e: e, inner: inner}
+// newSandbox wraps inner, started on e when e had gone down downs times.
+func newSandbox(f *Fleet, e *engine, inner sandbox.Sandbox, downs int64) *Sandbox {
+	return &Sandbox{f: f, e: e, inner: inner, downs: downs}
 }
 
-// check fails when the sandbox's engine is down.
+// check fails when the sandbox's engine is down or went down since the
+// sandbox started.
 func (s *Sandbox) check() error {
-	if s.f.isUp(s.e) {
+	if s.f.isUp(s.e) && s.e.downs.Load() == s.downs {
 		return nil
 	}
-	return gym.Classify(fmt.Errorf("sandbox %s: engine %s is down", s.inner.ID(), s.e.name), gym.ClassSandbox)
+	return gym.Classify(fmt.Errorf("sandbox %s: engine %s went down", s.inner.ID(), s.e.name), gym.ClassSandbox)
 }
 
 // ID is the inner sandbox's id.
