@@ -381,3 +381,53 @@ func TestStartOnDeadEngineGoesElsewhere(t *testing.T) {
 		}
 	}
 }
+
+// TestEngineOverTLS puts an engine reached over TCP with TLS (client
+// certificates verified) beside the host's: a sandbox placed there gets
+// its image and runs a command; without the certificates the engine
+// cannot be joined.
+func TestEngineOverTLS(t *testing.T) {
+	_, host, certs := dockertest.StartTLSEngine(t, "tls")
+	if _, err := fleet.New(t.Context(), fleet.Options{
+		Endpoints: []fleet.Endpoint{{Name: "tls", Host: host}},
+		Docker:    docker.Options{ExecutorBinary: sandboxtest.ExecutorBinary(t)},
+	}); err == nil {
+		t.Fatal("joined a TLS engine without certificates")
+	}
+	f, err := fleet.New(t.Context(), fleet.Options{
+		Endpoints: []fleet.Endpoint{{Name: "main", Host: mainHost(), Capacity: 1}, {Name: "tls", Host: host, Capacity: 1, TLSDir: certs}},
+		Docker: docker.Options{
+			ExecutorBinary:   sandboxtest.ExecutorBinary(t),
+			ImageCacheLabels: []string{dockertest.NoPruneLabel},
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := f.Close(context.Background()); err != nil {
+			t.Error(err)
+		}
+	})
+	ctx := t.Context()
+	img, err := f.Prepare(ctx, sandbox.ImageSpec{BaseImage: baseimage.Python, WorkDir: "/workspace"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sbs []sandbox.Sandbox
+	for range 2 {
+		sb, err := f.Create(ctx, sandbox.Spec{Image: img, WorkDir: "/workspace"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer sb.Close(context.Background())
+		sbs = append(sbs, sb)
+	}
+	if got := fleet.EngineOf(sbs[1]); got != "tls" {
+		t.Fatalf("second sandbox on %s, want tls (main is full)", got)
+	}
+	r, err := sbs[1].Exec(ctx, sandbox.ExecRequest{Argv: []string{"echo", "over-tls"}})
+	if err != nil || !strings.Contains(string(r.Stdout), "over-tls") {
+		t.Fatalf("exec on the TLS engine: %+v %v", r, err)
+	}
+}

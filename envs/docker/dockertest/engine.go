@@ -11,6 +11,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -29,9 +30,13 @@ type Engine struct {
 	name   string
 	dir    string
 	driver string
-	cmd    *exec.Cmd
-	done   chan struct{}
-	cli    *client.Client
+	// extra are more dockerd arguments.
+	extra []string
+	cmd   *exec.Cmd
+	done  chan struct{}
+	cli   *client.Client
+	// running is the pid of the running dockerd, or 0.
+	running atomic.Int64
 }
 
 // engineStartTimeout bounds the wait for a new dockerd to answer.
@@ -42,6 +47,12 @@ const engineStartTimeout = 60 * time.Second
 // processes, its dockerd and containerd, its mounts, cgroups and files.
 // It skips the test when dockerd is missing or the test is not root.
 func StartEngine(t testing.TB, name string) *Engine {
+	t.Helper()
+	return startEngine(t, name, nil)
+}
+
+// startEngine starts an engine with more dockerd arguments.
+func startEngine(t testing.TB, name string, extra []string) *Engine {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("starts Docker Engines; skipped with -short")
@@ -56,7 +67,7 @@ func StartEngine(t testing.TB, name string) *Engine {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := &Engine{t: t, name: fmt.Sprintf("gymserver-test-%s-%d", name, os.Getpid()), dir: dir, driver: nestedDriver()}
+	e := &Engine{t: t, name: fmt.Sprintf("gymserver-test-%s-%d", name, os.Getpid()), dir: dir, driver: nestedDriver(), extra: extra}
 	t.Cleanup(e.destroy)
 	if err := os.WriteFile(filepath.Join(dir, "daemon.json"), []byte("{}\n"), 0o644); err != nil {
 		t.Fatal(err)
@@ -106,7 +117,9 @@ func (e *Engine) start() error {
 		return err
 	}
 	defer log.Close()
-	cmd := exec.Command("dockerd",
+	// The shell brings the namespace's loopback up (for a TCP listener
+	// on 127.0.0.1), then becomes dockerd.
+	cmd := exec.Command("sh", "-c", `ip link set lo up && exec "$0" "$@"`, "dockerd",
 		"--config-file", filepath.Join(e.dir, "daemon.json"),
 		"--data-root", filepath.Join(e.dir, "data"),
 		"--exec-root", filepath.Join(e.dir, "exec"),
@@ -116,6 +129,7 @@ func (e *Engine) start() error {
 		"--storage-driver", e.driver,
 		"--cgroup-parent", "/"+e.name,
 	)
+	cmd.Args = append(cmd.Args, e.extra...)
 	cmd.Stdout, cmd.Stderr = log, log
 	// Its own process group: a signal to the test's group does not reach
 	// it. Its own network namespace: its bridge and its network setup
@@ -126,6 +140,7 @@ func (e *Engine) start() error {
 		return fmt.Errorf("start dockerd: %w", err)
 	}
 	e.cmd, e.done = cmd, make(chan struct{})
+	e.running.Store(int64(cmd.Process.Pid))
 	go func(done chan struct{}) { cmd.Wait(); close(done) }(e.done)
 	ctx, cancel := context.WithTimeout(context.Background(), engineStartTimeout)
 	defer cancel()
@@ -177,8 +192,12 @@ func (e *Engine) Kill() {
 	}
 }
 
+// pid returns the pid of the running dockerd, or 0.
+func (e *Engine) pid() int { return int(e.running.Load()) }
+
 // killAll SIGKILLs every process of the engine and waits for dockerd.
 func (e *Engine) killAll() error {
+	e.running.Store(0)
 	var errs []error
 	for _, pid := range e.pids() {
 		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
