@@ -1,10 +1,7 @@
 package main
 
 import (
-	"context"
-	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -13,10 +10,10 @@ import (
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/filters"
 	"github.com/docker/docker/api/types/image"
+	"github.com/docker/docker/client"
 	"github.com/docker/docker/errdefs"
 
 	gymclient "github.com/gymserver/gymserver/clients/go"
-	"github.com/gymserver/gymserver/envs/docker"
 	"github.com/gymserver/gymserver/envs/sandbox"
 	"github.com/gymserver/gymserver/gym"
 	"github.com/gymserver/gymserver/internal/waittest"
@@ -38,41 +35,8 @@ func TestServeKilledJanitorRemovesSnapshots(t *testing.T) {
 	bin := validateBinary(t)
 	cli := dockerClient(t)
 	logPath := filepath.Join(t.TempDir(), "janitor.log")
-	cmd := exec.Command(bin, "serve", "--config", calculatorConfig, "--addr", "127.0.0.1:0",
+	cmd, waited, ownerPrefix, url := killableServe(t, bin, []*client.Client{cli}, "--config", calculatorConfig, "--addr", "127.0.0.1:0",
 		"--orphan-after", "1h", "--janitor-log", logPath, "--log-level", "WARN", "--snapshot-archive-max", "-1")
-	stderr, err := cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	waited := make(chan struct{})
-	go func() {
-		_ = cmd.Wait()
-		close(waited)
-	}()
-	host, _ := os.Hostname()
-	ownerPrefix := fmt.Sprintf("%s:%d:", host, cmd.Process.Pid)
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		<-waited
-		// On failure, remove what the killed server left.
-		ctx := context.Background()
-		owners, err := ownersWithPrefix(ctx, cli, ownerPrefix)
-		if err != nil {
-			return
-		}
-		for _, o := range owners {
-			_ = docker.RemoveOwned(ctx, cli, o)
-			imgs, _ := cli.ImageList(ctx, image.ListOptions{Filters: filters.NewArgs(
-				filters.Arg("label", "gymserver.snapshot"), filters.Arg("label", sandbox.LabelOwner+"="+o))})
-			for _, img := range imgs {
-				_, _ = cli.ImageRemove(ctx, img.ID, image.RemoveOptions{Force: true, PruneChildren: true})
-			}
-		}
-	})
-	url := serveURL(t, stderr, waited)
 
 	ctx := t.Context()
 	c, err := gymclient.Dial(ctx, url, gymclient.Options{})

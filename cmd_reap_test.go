@@ -184,33 +184,8 @@ func TestServeKilledLeavesNoContainers(t *testing.T) {
 	const orphanAfter = 3 * time.Second
 	bin := validateBinary(t)
 	cli := dockerClient(t)
-	cmd := exec.Command(bin, "serve", "--config", calculatorConfig, "--addr", "127.0.0.1:0",
+	cmd, waited, ownerPrefix, url := killableServe(t, bin, []*client.Client{cli}, "--config", calculatorConfig, "--addr", "127.0.0.1:0",
 		"--orphan-after", orphanAfter.String(), "--no-janitor", "--log-level", "WARN")
-	stderr, err := cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	waited := make(chan struct{})
-	go func() {
-		_ = cmd.Wait()
-		close(waited)
-	}()
-	host, _ := os.Hostname()
-	ownerPrefix := fmt.Sprintf("%s:%d:", host, cmd.Process.Pid)
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		<-waited
-		// On failure, remove what the killed server left.
-		if owners, err := ownersWithPrefix(context.Background(), cli, ownerPrefix); err == nil {
-			for _, o := range owners {
-				_ = docker.RemoveOwned(context.Background(), cli, o)
-			}
-		}
-	})
-	url := serveURL(t, stderr, waited)
 
 	ctx := t.Context()
 	c, err := gymclient.Dial(ctx, url, gymclient.Options{})
@@ -298,4 +273,49 @@ func serveURL(t *testing.T, stderr io.Reader, waited <-chan struct{}) string {
 		t.Fatal("serve did not print its address")
 	}
 	return ""
+}
+
+// killableServe starts `gymserver serve` with args after "serve", for a
+// test that kills it. It returns the process, a channel closed when it
+// exited, the prefix of its providers' owner ids ("host:pid:") and its
+// WebSocket URL. When the test ends the process is killed and what it
+// left on the engines of clis (containers, snapshot images) is removed.
+func killableServe(t *testing.T, bin string, clis []*client.Client, args ...string) (cmd *exec.Cmd, waited <-chan struct{}, ownerPrefix, url string) {
+	t.Helper()
+	cmd = exec.Command(bin, append([]string{"serve"}, args...)...)
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() {
+		_ = cmd.Wait()
+		close(done)
+	}()
+	host, _ := os.Hostname()
+	ownerPrefix = fmt.Sprintf("%s:%d:", host, cmd.Process.Pid)
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		<-done
+		// On failure, remove what the killed server left.
+		ctx := context.Background()
+		for _, cli := range clis {
+			owners, err := ownersWithPrefix(ctx, cli, ownerPrefix)
+			if err != nil {
+				continue
+			}
+			for _, o := range owners {
+				_ = docker.RemoveOwned(ctx, cli, o)
+				imgs, _ := cli.ImageList(ctx, image.ListOptions{Filters: filters.NewArgs(
+					filters.Arg("label", "gymserver.snapshot"), filters.Arg("label", sandbox.LabelOwner+"="+o))})
+				for _, img := range imgs {
+					_, _ = cli.ImageRemove(ctx, img.ID, image.RemoveOptions{Force: true, PruneChildren: true})
+				}
+			}
+		}
+	})
+	return cmd, done, ownerPrefix, serveURL(t, stderr, done)
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/gymserver/gymserver/envs/baseimage"
 	"github.com/gymserver/gymserver/envs/config"
 	"github.com/gymserver/gymserver/envs/docker"
+	"github.com/gymserver/gymserver/envs/fleet"
 	"github.com/gymserver/gymserver/gym"
 )
 
@@ -46,16 +47,35 @@ func newLogger(w io.Writer, level string) (*slog.Logger, error) {
 // registry-free base image builder as the fallback for images that cannot
 // be pulled.
 func newProvider(ctx context.Context, logger *slog.Logger, opts loadOptions) (*docker.Provider, error) {
-	self, err := os.Executable()
+	o, err := dockerOptions(logger, opts)
 	if err != nil {
-		return nil, fmt.Errorf("find own executable: %w", err)
-	}
-	if !isStatic(self) {
-		logger.Warn("this binary is dynamically linked; sandboxes need a matching libc. Build with CGO_ENABLED=0 for a static binary", "path", self)
+		return nil, err
 	}
 	cli, err := client.NewClientWithOpts(client.FromEnv, client.WithAPIVersionNegotiation())
 	if err != nil {
 		return nil, fmt.Errorf("docker client: %w", err)
+	}
+	o.Client = cli
+	build := baseBuilder(logger)
+	o.BuildBase = func(ctx context.Context, ref string) error { return build(ctx, cli, ref) }
+	p, err := docker.New(ctx, o)
+	if err != nil {
+		cli.Close()
+		return nil, err
+	}
+	return p, nil
+}
+
+// dockerOptions returns the options of a Docker provider for opts, with
+// this binary as the executor and the janitor; the caller sets Client and
+// BuildBase.
+func dockerOptions(logger *slog.Logger, opts loadOptions) (docker.Options, error) {
+	self, err := os.Executable()
+	if err != nil {
+		return docker.Options{}, fmt.Errorf("find own executable: %w", err)
+	}
+	if !isStatic(self) {
+		logger.Warn("this binary is dynamically linked; sandboxes need a matching libc. Build with CGO_ENABLED=0 for a static binary", "path", self)
 	}
 	var janitor []string
 	if opts.Janitor {
@@ -63,34 +83,33 @@ func newProvider(ctx context.Context, logger *slog.Logger, opts loadOptions) (*d
 		if opts.JanitorLog != "" {
 			abs, err := filepath.Abs(opts.JanitorLog)
 			if err != nil {
-				return nil, fmt.Errorf("janitor log: %w", err)
+				return docker.Options{}, fmt.Errorf("janitor log: %w", err)
 			}
 			janitor = append(janitor, "--log", abs)
 		}
 	}
-	p, err := docker.New(ctx, docker.Options{
+	return docker.Options{
 		Janitor:        janitor,
 		ExecutorBinary: self,
 		ExecutorArgs:   []string{executorCommand},
 		Logger:         logger,
-		Client:         cli,
 		WarmPool:       opts.WarmPool,
 		OrphanAfter:    opts.OrphanAfter,
 		// Caps on the image cache; see docker.Options.
 		ImageCacheMaxImages: opts.Caches.maxImages,
 		ImageCacheMaxBytes:  int64(opts.Caches.maxBytes),
-		BuildBase: func(ctx context.Context, ref string) error {
-			if !baseimage.Known(ref) {
-				return fmt.Errorf("image %s cannot be pulled and is not a built-in base image (%s)", ref, strings.Join(baseimage.Refs(), ", "))
-			}
-			return baseimage.Build(ctx, cli, ref, logWriter{logger})
-		},
-	})
-	if err != nil {
-		cli.Close()
-		return nil, err
+	}, nil
+}
+
+// baseBuilder returns the builder of the built-in base images, for
+// images that cannot be pulled.
+func baseBuilder(logger *slog.Logger) func(ctx context.Context, cli *client.Client, ref string) error {
+	return func(ctx context.Context, cli *client.Client, ref string) error {
+		if !baseimage.Known(ref) {
+			return fmt.Errorf("image %s cannot be pulled and is not a built-in base image (%s)", ref, strings.Join(baseimage.Refs(), ", "))
+		}
+		return baseimage.Build(ctx, cli, ref, logWriter{logger})
 	}
-	return p, nil
 }
 
 // loadOptions tune the Docker provider behind the environments.
@@ -114,6 +133,11 @@ type loadOptions struct {
 	Caches cacheCapFlags
 	// SnapshotArchiveMax is envs.Options.SnapshotArchiveMax.
 	SnapshotArchiveMax int64
+	// Engines, when they name any engine, put the environments on a
+	// fleet of those engines instead of the engine of $DOCKER_HOST.
+	Engines engineFlags
+	// OnFleet, if set, is called with the fleet when one is made.
+	OnFleet func(*fleet.Fleet)
 }
 
 // orphanAfterOption turns the --orphan-after flag, where 0 means never,
@@ -144,7 +168,7 @@ func loadRegistry(ctx context.Context, path string, logger *slog.Logger, opts lo
 // a function that closes the provider (removing every sandbox it still
 // owns).
 func configRegistry(ctx context.Context, cfg *config.Config, logger *slog.Logger, opts loadOptions) (*gym.Registry, func(context.Context) error, error) {
-	p, err := newProvider(ctx, logger, opts)
+	p, err := newSandboxProvider(ctx, logger, opts)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -18,12 +18,12 @@ import (
 	"github.com/gymserver/gymserver/policy/rollout"
 )
 
-// startServe starts `gymserver serve` on a free port, with the extra
-// flags, and returns its WebSocket URL; the server is stopped with SIGTERM
-// when the test ends and must exit 0.
-func startServe(t *testing.T, bin, config string, extra ...string) string {
+// startServe starts `gymserver serve` on a free port, with more flags
+// if given, and returns its WebSocket URL; the server is stopped with
+// SIGTERM when the test ends and must exit 0.
+func startServe(t *testing.T, bin, config string, flags ...string) string {
 	t.Helper()
-	cmd := exec.Command(bin, append([]string{"serve", "--config", config, "--addr", "127.0.0.1:0"}, extra...)...)
+	cmd := exec.Command(bin, append([]string{"serve", "--config", config, "--addr", "127.0.0.1:0"}, flags...)...)
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)

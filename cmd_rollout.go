@@ -48,6 +48,7 @@ type rolloutFlags struct {
 	noJanitor              bool
 	janitorLog             string
 	caches                 cacheCapFlags
+	engines                engineFlags
 	policy                 string
 	server, token          string
 	usage                  llmUsageFlags
@@ -136,6 +137,7 @@ func rolloutWith(ctx context.Context, args []string, stdout, stderr io.Writer, l
 	fs.StringVar(&f.tasks, "tasks", "", "run only the tasks whose ENV/TASK id matches this regular expression (default: rollout_config.task_filter)")
 	fs.IntVar(&f.warmPool, "warm-pool", 0, "started sandboxes kept ready per environment, so episodes start at once (in process only)")
 	f.caches.register(fs)
+	f.engines.register(fs)
 	fs.DurationVar(&f.orphanAfter, "orphan-after", docker.DefaultOrphanAfter, "a sandbox whose executor stream is gone (e.g. this process was killed) removes itself after this long; 0: never (in process only)")
 	fs.BoolVar(&f.noJanitor, "no-janitor", false, "start no janitor process; without it, snapshot images of a killed run stay until the next start or gymserver reap (in process only)")
 	fs.StringVar(&f.janitorLog, "janitor-log", "", "file the janitor appends what it removed to (default: none; in process only)")
@@ -164,6 +166,9 @@ func rolloutWith(ctx context.Context, args []string, stdout, stderr io.Writer, l
 	}
 	if f.warmPool < 0 {
 		return fail(2, "--warm-pool must not be negative")
+	}
+	if err := checkEngines(&f.engines); err != nil {
+		return fail(2, "%v", err)
 	}
 	if f.set["episodes"] && f.episodes < 1 {
 		return fail(2, "--episodes must be at least 1")
@@ -280,6 +285,7 @@ func rolloutWith(ctx context.Context, args []string, stdout, stderr io.Writer, l
 			Janitor:     !f.noJanitor,
 			JanitorLog:  f.janitorLog,
 			Caches:      f.caches,
+			Engines:     f.engines,
 		})
 		if err != nil {
 			return fail(1, "%v", err)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/gymserver/gymserver/envs"
 	"github.com/gymserver/gymserver/envs/docker"
+	"github.com/gymserver/gymserver/envs/fleet"
 	"github.com/gymserver/gymserver/server"
 	"github.com/gymserver/gymserver/server/wire"
 )
@@ -36,6 +37,8 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	warmPool := fs.Int("warm-pool", 0, "started sandboxes kept ready per environment, so resets return at once")
 	var caches cacheCapFlags
 	caches.register(fs)
+	var engines engineFlags
+	engines.register(fs)
 	orphanAfter := fs.Duration("orphan-after", docker.DefaultOrphanAfter, "a sandbox whose executor stream is gone (e.g. this server was killed) removes itself after this long; 0: never")
 	noJanitor := fs.Bool("no-janitor", false, "start no janitor process; without it, snapshot images of a killed server stay until the next start or gymserver reap")
 	janitorLog := fs.String("janitor-log", "", "file the janitor appends what it removed to (default: none)")
@@ -71,12 +74,19 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		fmt.Fprintln(stderr, "gymserver serve: --warm-pool must not be negative")
 		return 2
 	}
+	if err := checkEngines(&engines); err != nil {
+		fmt.Fprintln(stderr, "gymserver serve:", err)
+		return 2
+	}
+	var fl *fleet.Fleet
 	reg, closeEnvs, err := loadRegistry(ctx, *configPath, logger, loadOptions{
 		WarmPool:    *warmPool,
 		OrphanAfter: orphanAfterOption(*orphanAfter),
 		Janitor:     !*noJanitor,
 		JanitorLog:  *janitorLog,
 		Caches:      caches,
+		Engines:     engines,
+		OnFleet:     func(f *fleet.Fleet) { fl = f },
 
 		SnapshotArchiveMax: *snapshotArchiveMax,
 	})
@@ -84,7 +94,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		fmt.Fprintln(stderr, "gymserver serve:", err)
 		return 1
 	}
-	srv, err := server.New(server.Options{
+	so := server.Options{
 		Registry:              reg,
 		Token:                 *token,
 		Logger:                logger,
@@ -101,7 +111,14 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		PingInterval:          *pingInterval,
 		DrainTimeout:          *drainTimeout,
 		UI:                    *ui,
-	})
+	}
+	if fl != nil {
+		// Per-engine state at /v1/engines and in /metrics.
+		so.Engines = func() any { return fl.Engines() }
+		so.Collectors = append(so.Collectors, fl)
+		so.Containers = fl.Live
+	}
+	srv, err := server.New(so)
 	if err != nil {
 		closeEnvs(context.WithoutCancel(ctx))
 		fmt.Fprintln(stderr, "gymserver serve:", err)

@@ -19,6 +19,7 @@ import (
 
 	"github.com/go-chi/chi/v5"
 	"github.com/gorilla/websocket"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"golang.org/x/sync/semaphore"
 
@@ -54,6 +55,11 @@ type Options struct {
 	// Containers reports the number of sandbox containers for the
 	// gymserver_containers metric; nil counts one per open session.
 	Containers func() int
+	// Engines, if set, reports the Docker Engines behind the sandboxes,
+	// served as {"engines": Engines()} at /v1/engines (404 when nil).
+	Engines func() any
+	// Collectors are more metrics for /metrics, e.g. per-engine ones.
+	Collectors []prometheus.Collector
 
 	MaxFrameBytes       int64
 	MaxSessions         int
@@ -235,6 +241,11 @@ func New(o Options) (*Server, error) {
 		envIDs = append(envIDs, spec.ID)
 	}
 	s.metrics = newMetrics(containers, envIDs, s.forkers)
+	for _, c := range o.Collectors {
+		if err := s.metrics.reg.Register(c); err != nil {
+			return nil, fmt.Errorf("server: metrics: %w", err)
+		}
+	}
 	if o.UI {
 		s.ui = newDashboard(s)
 	}
@@ -274,7 +285,8 @@ func New(o Options) (*Server, error) {
 }
 
 // Handler returns the HTTP handler: /v1/ws, /v1/envs,
-// /v1/envs/{id}/tasks, /healthz, /metrics, and /ui/ with Options.UI.
+// /v1/envs/{id}/tasks, /v1/engines (with Options.Engines), /healthz,
+// /metrics, and /ui/ with Options.UI.
 func (s *Server) Handler() http.Handler {
 	r := chi.NewRouter()
 	r.Get("/healthz", s.healthz)
@@ -282,6 +294,9 @@ func (s *Server) Handler() http.Handler {
 	r.Group(func(r chi.Router) {
 		r.Use(s.authenticate)
 		r.Get("/v1/envs", s.envsJSON)
+		if s.opts.Engines != nil {
+			r.Get("/v1/engines", s.enginesJSON)
+		}
 		r.Get("/v1/envs/{id}/tasks", s.tasksJSON)
 		r.Get(wire.Path, s.upgrade)
 	})
@@ -340,6 +355,13 @@ func (s *Server) envsJSON(w http.ResponseWriter, _ *http.Request) {
 	json.NewEncoder(w).Encode(struct {
 		Envs []envJSON `json:"envs"`
 	}{out})
+}
+
+func (s *Server) enginesJSON(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "application/json")
+	json.NewEncoder(w).Encode(struct {
+		Engines any `json:"engines"`
+	}{s.opts.Engines()})
 }
 
 // authenticate refuses requests without the bearer token, when there is one.

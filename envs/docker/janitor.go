@@ -244,7 +244,7 @@ func (p *Provider) startJanitor() error {
 	cmd := exec.Command(p.opts.Janitor[0], args...)
 	// The janitor talks to the provider's engine; stdin, stdout and
 	// stderr are /dev/null, so it holds no pipe of ours open.
-	cmd.Env = append(os.Environ(), "DOCKER_HOST="+p.cli.DaemonHost())
+	cmd.Env = append(append(os.Environ(), "DOCKER_HOST="+p.cli.DaemonHost()), p.opts.JanitorEnv...)
 	cmd.Dir = "/"
 	cmd.ExtraFiles = []*os.File{r}
 	// Its own session: a terminal's Ctrl-C, meant for us, does not reach it.

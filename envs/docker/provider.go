@@ -97,6 +97,10 @@ type Options struct {
 	// owner id, which must then be this provider's alone. Empty: no
 	// janitor.
 	Janitor []string
+	// JanitorEnv is added to the janitor's environment, after
+	// DOCKER_HOST: e.g. DOCKER_CERT_PATH and DOCKER_TLS_VERIFY for an
+	// engine reached over TLS.
+	JanitorEnv []string
 	// ImageCacheMaxImages and ImageCacheMaxBytes cap the prepared and
 	// build images on the host, in number and in CachedImage.Size: after
 	// each build the least recently used go until both caps hold, except
