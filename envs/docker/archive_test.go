@@ -301,4 +301,28 @@ echo t > /tmp/t`, false)
 			t.Errorf("%s, which the agent deleted, is in the restored sandbox", gone)
 		}
 	}
+
+	// A restored sandbox is saved and restored in turn (a tree search):
+	// what the restore put there counts as changed, and so do the new
+	// deletions.
+	sh(t, dst, `set -e
+rm -r pkg/sub ~/.bash_logout && echo more >> old`, false)
+	c, err = dst.(sandbox.Archiver).Archive(t.Context(), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if data, err = c.Fetch(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	dst2 := start()
+	if err := dst2.(sandbox.Archiver).Restore(t.Context(), data); err != nil {
+		t.Fatal(err)
+	}
+	want, got = sh(t, dst, listing, false), sh(t, dst2, listing, false)
+	if got != want {
+		t.Errorf("files restored twice differ:\n--- first restored\n%s--- restored from it\n%s", want, got)
+	}
+	if strings.Contains(got, ".bash_logout") || strings.Contains(got, ".bashrc") || !strings.Contains(got, "workspace/notes.txt/x") {
+		t.Errorf("restored twice:\n%s", got)
+	}
 }
