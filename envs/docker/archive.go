@@ -22,10 +22,10 @@ const maxArchive = executor.MaxFrame - 1<<20
 // archive, which the executor keeps until Capture.Fetch moves it out (the
 // move costs more than the taking: it crosses the engine's stream); see
 // sandbox.Archiver. The archive holds only what changed since the
-// container started, and what was deleted (see executor.Capture): Restore
-// puts it into a sandbox started from the same Spec. The places are those of the sandbox's image, listed
-// once per image by the executor (see executor.Root), and the task's files
-// put outside them.
+// container started, and what was deleted (see executor.Client.Capture);
+// Restore puts it into a sandbox started from the same Spec. The places
+// are those of the sandbox's image, listed once per image by the executor
+// (see executor.Root), and the task's files put outside them.
 func (s *Sandbox) Archive(ctx context.Context, maxBytes int64) (sandbox.Capture, error) {
 	if maxBytes <= 0 || maxBytes > maxArchive {
 		maxBytes = maxArchive
@@ -64,7 +64,8 @@ const sinceMargin = 50 * time.Millisecond
 
 // changesSince returns the time after which a change to a file must be
 // the agent's (or a restore's, or a task file's), so that an archive need
-// only hold what changed after it (a delta archive; see executor.Root):
+// only hold what changed after it (a delta archive; see Client.Capture in
+// package executor):
 // shortly before the container started. It returns the zero time, for a
 // whole archive, if the wall clock went back since (then file times
 // cannot be trusted to order changes).

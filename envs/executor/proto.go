@@ -75,7 +75,7 @@ type request struct {
 	// a fetch op (whose Target is that id) instead of returning it.
 	Hold bool `msgpack:"hold,omitempty"`
 	// Since, in Unix nanoseconds, makes an archive op take only what
-	// changed after it (see Changes); 0 takes everything.
+	// changed after it (see Client.Capture); 0 takes everything.
 	Since int64 `msgpack:"since,omitempty"`
 }
 
