@@ -51,6 +51,20 @@ func sh(t *testing.T, sb sandbox.Sandbox, cmd string, mayFail bool) string {
 	return string(r.Stdout)
 }
 
+// archiveOf archives sb and fetches the archive.
+func archiveOf(t *testing.T, sb sandbox.Sandbox) []byte {
+	t.Helper()
+	c, err := sb.(sandbox.Archiver).Archive(t.Context(), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := c.Fetch(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return data
+}
+
 // TestArchiveFallsBack: what an archive cannot carry makes Archive fail
 // with ErrNotArchivable, so that the snapshot is committed instead.
 func TestArchiveFallsBack(t *testing.T) {
@@ -91,14 +105,7 @@ func TestArchiveRestoresAsTheAgent(t *testing.T) {
 	start := archiveSandboxes(t)
 	src := start()
 	sh(t, src, "ln -s /etc/shadow shadow && mkdir -p d/e && echo hi > d/e/f && chmod 500 d", false)
-	c, err := src.(sandbox.Archiver).Archive(t.Context(), 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	data, err := c.Fetch(t.Context())
-	if err != nil {
-		t.Fatal(err)
-	}
+	data := archiveOf(t, src)
 	if bytes.Contains(data, []byte("daemon:*:")) {
 		t.Fatal("the archive holds /etc/shadow's content")
 	}
@@ -256,14 +263,7 @@ rm notes.txt && mkdir notes.txt && echo inside > notes.txt/x
 mkdir -p pkg/sub && echo s > pkg/sub/s && chmod 600 pkg/b.py
 echo edited >> ~/.profile
 echo t > /tmp/t`, false)
-	c, err := src.(sandbox.Archiver).Archive(t.Context(), 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	data, err := c.Fetch(t.Context())
-	if err != nil {
-		t.Fatal(err)
-	}
+	data := archiveOf(t, src)
 	names := map[string]bool{}
 	tr := tar.NewReader(bytes.NewReader(data))
 	for {
@@ -307,13 +307,7 @@ echo t > /tmp/t`, false)
 	// deletions.
 	sh(t, dst, `set -e
 rm -r pkg/sub ~/.bash_logout && echo more >> old`, false)
-	c, err = dst.(sandbox.Archiver).Archive(t.Context(), 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if data, err = c.Fetch(t.Context()); err != nil {
-		t.Fatal(err)
-	}
+	data = archiveOf(t, dst)
 	dst2 := start()
 	if err := dst2.(sandbox.Archiver).Restore(t.Context(), data); err != nil {
 		t.Fatal(err)

@@ -265,23 +265,29 @@ func (w *archiveWriter) addDir(dir string) error {
 		if st, ok := fi.Sys().(*syscall.Stat_t); !ok || int(st.Uid) != w.agent.UID {
 			return notArchivable("%s belongs to another user", p)
 		}
-		h := w.header(p, fi)
-		switch {
-		case fi.IsDir():
-			h.Typeflag, h.Name = tar.TypeDir, h.Name+"/"
-			return w.write(h, nil)
-		case fi.Mode()&fs.ModeSymlink != 0:
-			target, err := r.Readlink(rel)
-			if err != nil {
-				return notArchivable("%s: %v", p, err)
-			}
-			h.Typeflag, h.Linkname = tar.TypeSymlink, target
-			return w.write(h, nil)
-		case fi.Mode().IsRegular():
-			return w.addFile(r, rel, p, true)
-		}
-		return notArchivable("%s is a %s", p, fi.Mode().Type())
+		return w.addEntry(r, rel, p, fi, w.header(p, fi))
 	})
+}
+
+// addEntry adds the entry rel (absolute path p, status fi) of the
+// directory root r under the header h: a directory, a symbolic link or a
+// regular file.
+func (w *archiveWriter) addEntry(r *os.Root, rel, p string, fi fs.FileInfo, h *tar.Header) error {
+	switch {
+	case fi.IsDir():
+		h.Typeflag, h.Name = tar.TypeDir, h.Name+"/"
+		return w.write(h, nil)
+	case fi.Mode()&fs.ModeSymlink != 0:
+		target, err := r.Readlink(rel)
+		if err != nil {
+			return notArchivable("%s: %v", p, err)
+		}
+		h.Typeflag, h.Linkname = tar.TypeSymlink, target
+		return w.write(h, nil)
+	case fi.Mode().IsRegular():
+		return w.addFile(r, rel, p, true)
+	}
+	return notArchivable("%s is a %s", p, fi.Mode().Type())
 }
 
 // addDirChanges adds to a delta archive the directory root dir and what
@@ -332,31 +338,14 @@ func (w *archiveWriter) addDirChanges(dir string) error {
 			}
 		}
 		w.pending = w.pending[:0]
-		switch {
-		case fi.IsDir():
+		if fi.IsDir() {
 			keep, err := w.kept(r, rel)
 			if err != nil {
 				return notArchivable("%s: %v", p, err)
 			}
-			h.Typeflag, h.Name = tar.TypeDir, h.Name+"/"
 			h.PAXRecords[paxKeep] = keep
-			if err := w.write(h, nil); err != nil {
-				return err
-			}
-			// Its own children are looked at next: the pending list
-			// starts below it.
-			return nil
-		case fi.Mode()&fs.ModeSymlink != 0:
-			target, err := r.Readlink(rel)
-			if err != nil {
-				return notArchivable("%s: %v", p, err)
-			}
-			h.Typeflag, h.Linkname = tar.TypeSymlink, target
-			return w.write(h, nil)
-		case fi.Mode().IsRegular():
-			return w.addFile(r, rel, p, true)
 		}
-		return notArchivable("%s is a %s", p, fi.Mode().Type())
+		return w.addEntry(r, rel, p, fi, h)
 	})
 }
 
@@ -540,7 +529,7 @@ func (s *server) restore(roots []Root, data []byte) error {
 		if delta {
 			err = replaceEntry(open[e.root.Path], e, children[path.Join(e.root.Path, e.rel)], s.opts.Agent.UID)
 		} else {
-			err = makeEntry(open[e.root.Path], e)
+			err = makeEntry(open[e.root.Path], e, false)
 		}
 		if err != nil {
 			return fmt.Errorf("restore /%s: %w", strings.TrimSuffix(e.h.Name, "/"), err)
@@ -581,7 +570,7 @@ func (s *server) restore(roots []Root, data []byte) error {
 // other links is rewritten in place.
 func replaceEntry(rt *os.Root, e restoreEntry, names map[string]bool, agent int) error {
 	if rt == nil {
-		return makeEntry(rt, e)
+		return makeEntry(rt, e, false)
 	}
 	fi, err := rt.Lstat(e.rel)
 	switch {
@@ -600,14 +589,14 @@ func replaceEntry(rt *os.Root, e restoreEntry, names map[string]bool, agent int)
 		if st, ok := sysStat(fi); ok && e.h.Typeflag == tar.TypeReg && fi.Mode().IsRegular() && st.Nlink == 1 && int(st.Uid) == agent {
 			// Rewritten in place: its directory may be one the agent
 			// cannot write to.
-			return rewrite(rt, e)
+			return makeEntry(rt, e, true)
 		}
 		if fi != nil {
 			if err := rt.RemoveAll(e.rel); err != nil {
 				return err
 			}
 		}
-		return makeEntry(rt, e)
+		return makeEntry(rt, e, false)
 	}
 	if fi != nil && !fi.IsDir() {
 		if err := rt.RemoveAll(e.rel); err != nil {
@@ -616,7 +605,7 @@ func replaceEntry(rt *os.Root, e restoreEntry, names map[string]bool, agent int)
 		fi = nil
 	}
 	if fi == nil {
-		return makeEntry(rt, e)
+		return makeEntry(rt, e, false)
 	}
 	if fi.Mode().Perm()&0o700 != 0o700 {
 		// Writable until its mode is set at the end, if the agent's; if
@@ -661,24 +650,6 @@ func sysStat(fi fs.FileInfo) (*syscall.Stat_t, bool) {
 	}
 	st, ok := fi.Sys().(*syscall.Stat_t)
 	return st, ok
-}
-
-// rewrite replaces the content, mode and time of the regular file e.rel of
-// rt, not following a link.
-func rewrite(rt *os.Root, e restoreEntry) error {
-	f, err := rt.OpenFile(e.rel, os.O_WRONLY|os.O_TRUNC|syscall.O_NOFOLLOW, 0)
-	if err != nil {
-		return err
-	}
-	_, werr := f.Write(e.data)
-	cerr := f.Close()
-	if err := errors.Join(werr, cerr); err != nil {
-		return err
-	}
-	if err := rt.Chmod(e.rel, fs.FileMode(e.h.Mode).Perm()); err != nil {
-		return err
-	}
-	return rt.Chtimes(e.rel, time.Time{}, e.h.ModTime)
 }
 
 // parseKept parses a paxKeep record.
@@ -809,8 +780,8 @@ func readArchive(roots []Root, data []byte) ([]restoreEntry, bool, error) {
 }
 
 // makeEntry makes one entry inside its directory root rt, or writes a file
-// root (rt nil).
-func makeEntry(rt *os.Root, e restoreEntry) error {
+// root (rt nil); with inPlace, a regular file rewrites the one there.
+func makeEntry(rt *os.Root, e restoreEntry, inPlace bool) error {
 	mode := fs.FileMode(e.h.Mode).Perm()
 	switch e.h.Typeflag {
 	case tar.TypeDir:
@@ -830,6 +801,8 @@ func makeEntry(rt *os.Root, e restoreEntry) error {
 		// A file root: it exists, in a directory the agent cannot
 		// write; only its content and mode can change.
 		f, err = os.OpenFile(e.root.Path, os.O_WRONLY|os.O_TRUNC|syscall.O_NOFOLLOW, 0)
+	} else if inPlace {
+		f, err = rt.OpenFile(e.rel, os.O_WRONLY|os.O_TRUNC|syscall.O_NOFOLLOW, 0)
 	} else {
 		f, err = rt.OpenFile(e.rel, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, 0o600)
 	}
