@@ -8,8 +8,12 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"slices"
 	"strings"
 	"testing"
+	"time"
+
+	"golang.org/x/sync/errgroup"
 
 	"github.com/gymserver/gymserver/envs/baseimage"
 	"github.com/gymserver/gymserver/envs/docker"
@@ -319,4 +323,91 @@ rm -r pkg/sub ~/.bash_logout && echo more >> old`, false)
 	if strings.Contains(got, ".bash_logout") || strings.Contains(got, ".bashrc") || !strings.Contains(got, "workspace/notes.txt/x") {
 		t.Errorf("restored twice:\n%s", got)
 	}
+}
+
+// BenchmarkRestore8 measures the restore part of a fork ×8 from a warm
+// pool: an archive of a sandbox whose task files were edited and which
+// wrote 1 MB is restored into 8 fresh sandboxes at once (started off the
+// clock), as a delta archive (ours) and, in the same iterations, as the
+// whole archive of what the agent can write (the baseline, as before
+// delta archives). Run:
+//
+//	go test -run '^$' -bench Restore8 -benchtime 3x ./envs/docker/
+func BenchmarkRestore8(b *testing.B) {
+	const n = 8
+	p, _ := newProvider(b)
+	image, err := p.Prepare(b.Context(), sandbox.ImageSpec{BaseImage: baseimage.Python, WorkDir: "/workspace"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	files := []sandbox.File{{Path: "/workspace/app.py", Data: bytes.Repeat([]byte("x = 1\n"), 500)}}
+	start := func() sandbox.Sandbox {
+		sb, err := p.Create(b.Context(), sandbox.Spec{Image: image, WorkDir: "/workspace", Files: files,
+			Labels: map[string]string{sandbox.LabelSession: "s-restore", sandbox.LabelTask: "t"}})
+		if err != nil {
+			b.Fatal(err)
+		}
+		return sb
+	}
+	src := start()
+	b.Cleanup(func() { src.Close(context.Background()) })
+	r, err := src.Exec(b.Context(), sandbox.ExecRequest{Argv: []string{"/bin/sh", "-c",
+		"echo y = 2 >> app.py && mkdir data && head -c 1048576 /dev/urandom > data/f"}})
+	if err != nil || r.ExitCode != 0 {
+		b.Fatalf("write: %v %+v", err, r)
+	}
+	c, err := src.(sandbox.Archiver).Archive(b.Context(), 0)
+	if err != nil {
+		b.Fatal(err)
+	}
+	delta, err := c.Fetch(b.Context())
+	if err != nil {
+		b.Fatal(err)
+	}
+	whole, err := docker.WholeArchive(b.Context(), src)
+	if err != nil {
+		b.Fatal(err)
+	}
+	restore8 := func(data []byte) time.Duration {
+		b.StopTimer()
+		sbs := make([]sandbox.Sandbox, n)
+		var g errgroup.Group
+		for i := range sbs {
+			g.Go(func() error { sbs[i] = start(); return nil })
+		}
+		g.Wait()
+		b.StartTimer()
+		t0 := time.Now()
+		for _, sb := range sbs {
+			g.Go(func() error { return sb.(sandbox.Archiver).Restore(b.Context(), data) })
+		}
+		err := g.Wait()
+		took := time.Since(t0)
+		b.StopTimer()
+		for _, sb := range sbs {
+			g.Go(func() error { return sb.Close(context.Background()) })
+		}
+		g.Wait()
+		b.StartTimer()
+		if err != nil {
+			b.Fatal(err)
+		}
+		return took
+	}
+	var deltaLat, wholeLat []time.Duration
+	for b.Loop() {
+		deltaLat = append(deltaLat, restore8(delta))
+		wholeLat = append(wholeLat, restore8(whole))
+	}
+	b.ReportMetric(median(deltaLat), "delta_p50_ms")
+	b.ReportMetric(median(wholeLat), "whole_p50_ms")
+	b.ReportMetric(float64(len(delta))/1024, "delta_KB")
+	b.ReportMetric(float64(len(whole))/1024, "whole_KB")
+}
+
+// median returns the median in milliseconds.
+func median(lat []time.Duration) float64 {
+	s := slices.Clone(lat)
+	slices.Sort(s)
+	return float64(s[len(s)/2].Microseconds()) / 1000
 }
