@@ -3,6 +3,7 @@ package envs_test
 import (
 	"context"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -118,6 +119,9 @@ sleep 1000 >/dev/null 2>&1 &`}))
 		fromCommit := run(commitEnv, commitSnap.ID, breakIt)
 		if diff := cmp.Diff(fromCommit, fromArchive); diff != "" {
 			t.Errorf("broken %v: fork from an archive differs from a fork from a commit (-commit +archive):\n%s", breakIt, diff)
+		}
+		if strings.Contains(fromArchive.Files, "home/agent/.bashrc ") {
+			t.Errorf("broken %v: ~/.bashrc, which the agent deleted, is in the fork:\n%s", breakIt, fromArchive.Files)
 		}
 		if want := !breakIt; (fromArchive.Reward == 1) != want {
 			t.Errorf("broken %v: reward %v", breakIt, fromArchive.Reward)

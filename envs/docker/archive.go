@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"path"
 	"strings"
+	"time"
 
 	"github.com/gymserver/gymserver/envs/executor"
 	"github.com/gymserver/gymserver/envs/sandbox"
@@ -20,9 +21,11 @@ const maxArchive = executor.MaxFrame - 1<<20
 // Archive takes the files and directories the agent can write as a tar
 // archive, which the executor keeps until Capture.Fetch moves it out (the
 // move costs more than the taking: it crosses the engine's stream); see
-// sandbox.Archiver. The places are those of the sandbox's image, listed
-// once per image by the executor (see executor.Root), and the task's files
-// put outside them.
+// sandbox.Archiver. The archive holds only what changed since the
+// container started, and what was deleted (see executor.Client.Capture);
+// Restore puts it into a sandbox started from the same Spec. The places
+// are those of the sandbox's image, listed once per image by the executor
+// (see executor.Root), and the task's files put outside them.
 func (s *Sandbox) Archive(ctx context.Context, maxBytes int64) (sandbox.Capture, error) {
 	if maxBytes <= 0 || maxBytes > maxArchive {
 		maxBytes = maxArchive
@@ -33,8 +36,9 @@ func (s *Sandbox) Archive(ctx context.Context, maxBytes int64) (sandbox.Capture,
 	}
 	var id uint64
 	var size int64
+	since := s.changesSince()
 	err = s.bounded(ctx, "archive", opBound, func(ctx context.Context) (err error) {
-		id, size, err = s.exec.Capture(ctx, roots, maxBytes)
+		id, size, err = s.exec.Capture(ctx, roots, maxBytes, since)
 		return err
 	})
 	if err != nil {
@@ -51,6 +55,27 @@ func (s *Sandbox) Archive(ctx context.Context, maxBytes int64) (sandbox.Capture,
 		return data, nil
 	}
 	return sandbox.Capture{Size: size, Fetch: fetch}, nil
+}
+
+// sinceMargin is how much earlier than the container's start a delta
+// archive looks for changes: file times come from a clock that may lag
+// the one s.made was read from by a tick.
+const sinceMargin = 50 * time.Millisecond
+
+// changesSince returns the time after which a change to a file must be
+// the agent's (or a restore's, or a task file's), so that an archive need
+// only hold what changed after it (a delta archive; see Client.Capture in
+// package executor):
+// shortly before the container started. It returns the zero time, for a
+// whole archive, if the wall clock went back since (then file times
+// cannot be trusted to order changes).
+func (s *Sandbox) changesSince() time.Time {
+	wall := time.Now().Round(0).Sub(s.made.Round(0))
+	if wall < time.Since(s.made)-sinceMargin {
+		s.p.log.Warn("the clock went back since the sandbox started: a whole archive", "container", shortID(s.id))
+		return time.Time{}
+	}
+	return s.made.Add(-sinceMargin)
 }
 
 // Restore puts an archive from Archive into this sandbox, which must come

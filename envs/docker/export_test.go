@@ -1,6 +1,7 @@
 package docker
 
 import (
+	"context"
 	"time"
 
 	"github.com/gymserver/gymserver/envs/sandbox"
@@ -19,4 +20,19 @@ func CutStream(sb sandbox.Sandbox) {
 // sandboxes.
 func SetExecBounds(p *Provider, grace, alive time.Duration) {
 	p.bounds = execBounds{grace: grace, alive: alive}
+}
+
+// WholeArchive archives everything the agent can write in sb, a sandbox of
+// this package, as archives were before they held only what changed.
+func WholeArchive(ctx context.Context, sb sandbox.Sandbox) ([]byte, error) {
+	s := sb.(*Sandbox)
+	roots, err := s.roots(ctx)
+	if err != nil {
+		return nil, err
+	}
+	id, _, err := s.exec.Capture(ctx, roots, maxArchive, time.Time{})
+	if err != nil {
+		return nil, err
+	}
+	return s.exec.Fetch(ctx, id)
 }

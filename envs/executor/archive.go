@@ -11,6 +11,7 @@ import (
 	"path"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -105,12 +106,22 @@ const archivable = fs.ModePerm | fs.ModeSticky
 // what the agent can read. Names are relative to "/". Every entry below a
 // directory root must be the agent's and a directory, a regular file or a
 // symbolic link; hard links within the archive are kept as links.
-func (s *server) archive(roots []Root, max int64) ([]byte, error) {
+//
+// A since other than 0 (Unix nanoseconds) makes a delta archive: only the
+// entries whose status changed after since, the instant the sandbox was
+// made (every change of a file's content, mode, owner, links or name sets
+// its change time, and no process of the agent can set it back), with
+// the agent's checks above; the unchanged directories on the way to them
+// as pass entries; the directory roots always. A changed directory lists
+// the children it kept unchanged (paxKeep): a restore removes every other
+// child of the sandbox it restores into, which carries deletions. Every
+// entry of a delta archive carries paxDelta.
+func (s *server) archive(roots []Root, max, since int64) ([]byte, error) {
 	a := s.opts.Agent
 	if a == nil {
 		return nil, &kindError{kindInvalid, "archive: the executor has no agent identity"}
 	}
-	w := &archiveWriter{agent: a, max: max}
+	w := &archiveWriter{agent: a, max: max, since: since}
 	w.tw = tar.NewWriter(&w.buf)
 	var err error
 	for _, r := range roots {
@@ -119,9 +130,14 @@ func (s *server) archive(roots []Root, max int64) ([]byte, error) {
 		}
 		// Hard links are kept within a root; across roots, copies.
 		w.links = map[[2]uint64]string{}
-		if r.Dir {
+		switch {
+		case r.Dir && since != 0:
+			err = w.addDirChanges(r.Path)
+		case r.Dir:
 			err = w.addDir(r.Path)
-		} else {
+		case since != 0:
+			err = w.addFileChanges(r.Path)
+		default:
 			err = w.addFile(nil, r.Path, r.Path, false)
 		}
 		if err != nil {
@@ -142,18 +158,40 @@ func checkRoot(r Root) error {
 	return nil
 }
 
+// The PAX records of a delta archive (see archive).
+const (
+	// paxDelta is on every entry of a delta archive: deltaChanged or
+	// deltaPass.
+	paxDelta = "GYMSERVER.delta"
+	// paxKeep is on a changed directory: the children it kept unchanged,
+	// each as "type size mtime name" and a NUL, where type is the
+	// fs.FileMode type bits and mtime is in Unix nanoseconds.
+	paxKeep = "GYMSERVER.keep"
+	// deltaChanged marks an entry restored as archived; deltaPass an
+	// unchanged directory, which must be there already and stays as it is.
+	deltaChanged = "changed"
+	deltaPass    = "pass"
+)
+
 // archiveWriter builds one archive.
 type archiveWriter struct {
 	agent *Cred
 	max   int64
+	// since is the change time after which an entry is in a delta
+	// archive; 0 for a whole one.
+	since int64
 	buf   bytes.Buffer
 	tw    *tar.Writer
 	// links maps a file's device and inode to the first name it was
 	// archived under in the current root.
 	links map[[2]uint64]string
+	// pending are the unchanged directories, outermost first, on the path
+	// to the entry being looked at that are not in the archive yet.
+	pending []*tar.Header
 }
 
-// header returns the tar header of fi under the absolute path p.
+// header returns the tar header of fi under the absolute path p, marked
+// changed in a delta archive.
 func (w *archiveWriter) header(p string, fi fs.FileInfo) *tar.Header {
 	name := strings.TrimPrefix(p, "/")
 	h := &tar.Header{Name: name, Mode: int64(fi.Mode().Perm()), ModTime: fi.ModTime(),
@@ -161,7 +199,16 @@ func (w *archiveWriter) header(p string, fi fs.FileInfo) *tar.Header {
 	if fi.Mode()&fs.ModeSticky != 0 {
 		h.Mode |= 0o1000
 	}
+	if w.since != 0 {
+		h.PAXRecords = map[string]string{paxDelta: deltaChanged}
+	}
 	return h
+}
+
+// changed reports whether an entry's status changed after w.since.
+func (w *archiveWriter) changed(fi fs.FileInfo) bool {
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	return !ok || st.Ctim.Nano() > w.since
 }
 
 // write adds h and data, within the size limit; a nil h only checks the
@@ -218,23 +265,123 @@ func (w *archiveWriter) addDir(dir string) error {
 		if st, ok := fi.Sys().(*syscall.Stat_t); !ok || int(st.Uid) != w.agent.UID {
 			return notArchivable("%s belongs to another user", p)
 		}
+		return w.addEntry(r, rel, p, fi, w.header(p, fi))
+	})
+}
+
+// addEntry adds the entry rel (absolute path p, status fi) of the
+// directory root r under the header h: a directory, a symbolic link or a
+// regular file.
+func (w *archiveWriter) addEntry(r *os.Root, rel, p string, fi fs.FileInfo, h *tar.Header) error {
+	switch {
+	case fi.IsDir():
+		h.Typeflag, h.Name = tar.TypeDir, h.Name+"/"
+		return w.write(h, nil)
+	case fi.Mode()&fs.ModeSymlink != 0:
+		target, err := r.Readlink(rel)
+		if err != nil {
+			return notArchivable("%s: %v", p, err)
+		}
+		h.Typeflag, h.Linkname = tar.TypeSymlink, target
+		return w.write(h, nil)
+	case fi.Mode().IsRegular():
+		return w.addFile(r, rel, p, true)
+	}
+	return notArchivable("%s is a %s", p, fi.Mode().Type())
+}
+
+// addDirChanges adds to a delta archive the directory root dir and what
+// changed below it (see archive).
+func (w *archiveWriter) addDirChanges(dir string) error {
+	r, err := os.OpenRoot(dir)
+	if err != nil {
+		return notArchivable("%s: %v", dir, err)
+	}
+	defer r.Close()
+	w.pending = w.pending[:0]
+	return fs.WalkDir(r.FS(), ".", func(rel string, d fs.DirEntry, err error) error {
+		p := path.Join(dir, rel)
+		if err != nil {
+			return notArchivable("%s: %v", p, err)
+		}
+		fi, err := r.Lstat(rel)
+		if errors.Is(err, fs.ErrNotExist) && rel != "." {
+			return nil // removed meanwhile by a running process
+		}
+		if err != nil {
+			return notArchivable("%s: %v", p, err)
+		}
+		for n := len(w.pending); n > 0 && !strings.HasPrefix(p, "/"+w.pending[n-1].Name); n-- {
+			w.pending = w.pending[:n-1]
+		}
 		h := w.header(p, fi)
-		switch {
-		case fi.IsDir():
+		if !w.changed(fi) {
+			if !fi.IsDir() {
+				return nil
+			}
 			h.Typeflag, h.Name = tar.TypeDir, h.Name+"/"
-			return w.write(h, nil)
-		case fi.Mode()&fs.ModeSymlink != 0:
-			target, err := r.Readlink(rel)
+			h.PAXRecords[paxDelta] = deltaPass
+			if rel == "." {
+				// The roots are always there: a delta archive is never
+				// empty, so never taken for a whole one.
+				return w.write(h, nil)
+			}
+			w.pending = append(w.pending, h)
+			return nil
+		}
+		if st, ok := fi.Sys().(*syscall.Stat_t); rel != "." && (!ok || int(st.Uid) != w.agent.UID) {
+			return notArchivable("%s belongs to another user", p)
+		}
+		for _, ph := range w.pending {
+			if err := w.write(ph, nil); err != nil {
+				return err
+			}
+		}
+		w.pending = w.pending[:0]
+		if fi.IsDir() {
+			keep, err := w.kept(r, rel)
 			if err != nil {
 				return notArchivable("%s: %v", p, err)
 			}
-			h.Typeflag, h.Linkname = tar.TypeSymlink, target
-			return w.write(h, nil)
-		case fi.Mode().IsRegular():
-			return w.addFile(r, rel, p, true)
+			h.PAXRecords[paxKeep] = keep
 		}
-		return notArchivable("%s is a %s", p, fi.Mode().Type())
+		return w.addEntry(r, rel, p, fi, h)
 	})
+}
+
+// kept lists, in the paxKeep form, the children of the directory rel of r
+// that did not change after w.since.
+func (w *archiveWriter) kept(r *os.Root, rel string) (string, error) {
+	list, err := fs.ReadDir(r.FS(), rel)
+	if err != nil {
+		return "", err
+	}
+	var b strings.Builder
+	for _, e := range list {
+		fi, err := r.Lstat(path.Join(rel, e.Name()))
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return "", err
+		}
+		if !w.changed(fi) {
+			fmt.Fprintf(&b, "%d %d %d %s\x00", uint32(fi.Mode().Type()), fi.Size(), fi.ModTime().UnixNano(), e.Name())
+		}
+	}
+	return b.String(), nil
+}
+
+// addFileChanges adds the file root p to a delta archive if it changed.
+func (w *archiveWriter) addFileChanges(p string) error {
+	fi, err := os.Lstat(p)
+	if err != nil {
+		return notArchivable("%s: %v", p, err)
+	}
+	if !w.changed(fi) {
+		return nil
+	}
+	return w.addFile(nil, p, p, false)
 }
 
 // addFile adds the regular file rel of r (or the absolute path p when r is
@@ -302,6 +449,18 @@ type restoreEntry struct {
 	// ("." for the root itself).
 	root Root
 	rel  string
+	// delta is the entry's paxDelta, "" in a whole archive; keep are the
+	// children a changed directory of a delta archive kept.
+	delta string
+	keep  []keptChild
+}
+
+// keptChild is a child a directory kept unchanged in a delta archive.
+type keptChild struct {
+	name  string
+	typ   fs.FileMode
+	size  int64
+	mtime int64
 }
 
 // restore replaces what is in roots with the archive's content, with the
@@ -320,7 +479,7 @@ func (s *server) restore(roots []Root, data []byte) error {
 			return err
 		}
 	}
-	ents, err := readArchive(roots, data)
+	ents, delta, err := readArchive(roots, data)
 	if err != nil {
 		return err
 	}
@@ -339,6 +498,9 @@ func (s *server) restore(roots []Root, data []byte) error {
 			return fmt.Errorf("restore %s: %w", r.Path, err)
 		}
 		open[r.Path] = rt
+		if delta {
+			continue
+		}
 		list, err := fs.ReadDir(rt.FS(), ".")
 		if err != nil {
 			return fmt.Errorf("restore %s: %w", r.Path, err)
@@ -349,12 +511,30 @@ func (s *server) restore(roots []Root, data []byte) error {
 			}
 		}
 	}
+	// children are, in a delta archive, the names each directory (by
+	// absolute path) has entries for.
+	children := map[string]map[string]bool{}
+	for _, e := range ents {
+		if delta && e.rel != "." {
+			dir := path.Join(e.root.Path, path.Dir(e.rel))
+			if children[dir] == nil {
+				children[dir] = map[string]bool{}
+			}
+			children[dir][path.Base(e.rel)] = true
+		}
+	}
 	var dirs []restoreEntry
 	for _, e := range ents {
-		if err := makeEntry(open[e.root.Path], e); err != nil {
+		var err error
+		if delta {
+			err = replaceEntry(open[e.root.Path], e, children[path.Join(e.root.Path, e.rel)], s.opts.Agent.UID)
+		} else {
+			err = makeEntry(open[e.root.Path], e, false)
+		}
+		if err != nil {
 			return fmt.Errorf("restore /%s: %w", strings.TrimSuffix(e.h.Name, "/"), err)
 		}
-		if e.h.Typeflag == tar.TypeDir {
+		if e.h.Typeflag == tar.TypeDir && e.delta != deltaPass {
 			dirs = append(dirs, e)
 		}
 	}
@@ -381,8 +561,123 @@ func (s *server) restore(roots []Root, data []byte) error {
 	return nil
 }
 
-// readArchive reads and checks every entry of an archive against roots.
-func readArchive(roots []Root, data []byte) ([]restoreEntry, error) {
+// replaceEntry puts one entry of a delta archive in place inside its
+// directory root rt, or writes a file root (rt nil): what is there is
+// replaced, but for a directory, which stays and loses the children that
+// neither its kept list nor the archive (names) has; the kept children
+// must be there as they were in the snapshot's sandbox. A pass entry must
+// be a directory there. A regular file of the agent (uid agent) with no
+// other links is rewritten in place.
+func replaceEntry(rt *os.Root, e restoreEntry, names map[string]bool, agent int) error {
+	if rt == nil {
+		return makeEntry(rt, e, false)
+	}
+	fi, err := rt.Lstat(e.rel)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		fi = nil
+	case err != nil:
+		return err
+	}
+	if e.delta == deltaPass {
+		if fi == nil || !fi.IsDir() {
+			return errors.New("not a directory as in the snapshot")
+		}
+		return nil
+	}
+	if e.h.Typeflag != tar.TypeDir {
+		if st, ok := sysStat(fi); ok && e.h.Typeflag == tar.TypeReg && fi.Mode().IsRegular() && st.Nlink == 1 && int(st.Uid) == agent {
+			// Rewritten in place: its directory may be one the agent
+			// cannot write to.
+			return makeEntry(rt, e, true)
+		}
+		if fi != nil {
+			if err := rt.RemoveAll(e.rel); err != nil {
+				return err
+			}
+		}
+		return makeEntry(rt, e, false)
+	}
+	if fi != nil && !fi.IsDir() {
+		if err := rt.RemoveAll(e.rel); err != nil {
+			return err
+		}
+		fi = nil
+	}
+	if fi == nil {
+		return makeEntry(rt, e, false)
+	}
+	if fi.Mode().Perm()&0o700 != 0o700 {
+		// Writable until its mode is set at the end, if the agent's; if
+		// not, what follows fails where the agent could not write.
+		_ = rt.Chmod(e.rel, fi.Mode().Perm()|0o700)
+	}
+	list, err := fs.ReadDir(rt.FS(), e.rel)
+	if err != nil {
+		return err
+	}
+	kept := make(map[string]keptChild, len(e.keep))
+	for _, k := range e.keep {
+		kept[k.name] = k
+	}
+	for _, c := range list {
+		if _, ok := kept[c.Name()]; !ok && !names[c.Name()] {
+			if err := rt.RemoveAll(path.Join(e.rel, c.Name())); err != nil {
+				return err
+			}
+		}
+	}
+	for _, k := range e.keep {
+		fi, err := rt.Lstat(path.Join(e.rel, k.name))
+		if err != nil {
+			return fmt.Errorf("unchanged %s: %w", k.name, err)
+		}
+		same := fi.Mode().Type() == k.typ
+		if same && !fi.IsDir() {
+			same = fi.Size() == k.size && fi.ModTime().UnixNano() == k.mtime
+		}
+		if !same {
+			return fmt.Errorf("unchanged %s differs from the snapshot's sandbox", k.name)
+		}
+	}
+	return nil
+}
+
+// sysStat returns the status of fi, which may be nil.
+func sysStat(fi fs.FileInfo) (*syscall.Stat_t, bool) {
+	if fi == nil {
+		return nil, false
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	return st, ok
+}
+
+// parseKept parses a paxKeep record.
+func parseKept(rec string) ([]keptChild, error) {
+	var out []keptChild
+	for _, item := range strings.Split(rec, "\x00") {
+		if item == "" {
+			continue
+		}
+		f := strings.SplitN(item, " ", 4)
+		if len(f) != 4 {
+			return nil, fmt.Errorf("kept child %q", item)
+		}
+		typ, err1 := strconv.ParseUint(f[0], 10, 32)
+		size, err2 := strconv.ParseInt(f[1], 10, 64)
+		mtime, err3 := strconv.ParseInt(f[2], 10, 64)
+		name := f[3]
+		if err := errors.Join(err1, err2, err3); err != nil || name == "." || name == ".." || strings.Contains(name, "/") {
+			return nil, fmt.Errorf("kept child %q", item)
+		}
+		out = append(out, keptChild{name: name, typ: fs.FileMode(typ) & fs.ModeType, size: size, mtime: mtime})
+	}
+	return out, nil
+}
+
+// readArchive reads and checks every entry of an archive against roots,
+// and tells whether it is a delta archive.
+func readArchive(roots []Root, data []byte) ([]restoreEntry, bool, error) {
 	bad := func(format string, args ...any) error {
 		return &kindError{kindInvalidArchive, fmt.Sprintf(format, args...)}
 	}
@@ -391,19 +686,39 @@ func readArchive(roots []Root, data []byte) ([]restoreEntry, error) {
 	// seen are the names made so far, with whether each is a directory;
 	// links are the symbolic links among them.
 	seen := map[string]bool{}
+	delta := false
 	for {
 		h, err := tr.Next()
 		if err == io.EOF {
-			return out, nil
+			return out, delta, nil
 		}
 		if err != nil {
-			return nil, bad("read archive: %v", err)
+			return nil, false, bad("read archive: %v", err)
 		}
 		p := "/" + strings.TrimSuffix(h.Name, "/")
 		if path.Clean(p) != p || strings.Contains(h.Name, "\x00") {
-			return nil, bad("entry %q: not a clean path", h.Name)
+			return nil, false, bad("entry %q: not a clean path", h.Name)
 		}
-		e := restoreEntry{h: h}
+		e := restoreEntry{h: h, delta: h.PAXRecords[paxDelta]}
+		if len(out) == 0 {
+			delta = e.delta != ""
+		}
+		switch {
+		case delta != (e.delta != ""):
+			return nil, false, bad("entry %s: a delta archive's entry mixed with a whole archive's", p)
+		case e.delta != "" && e.delta != deltaChanged && e.delta != deltaPass:
+			return nil, false, bad("entry %s: delta %q", p, e.delta)
+		case e.delta == deltaPass && h.Typeflag != tar.TypeDir:
+			return nil, false, bad("entry %s: passes through a %q", p, h.Typeflag)
+		}
+		if rec, ok := h.PAXRecords[paxKeep]; ok {
+			if e.delta != deltaChanged || h.Typeflag != tar.TypeDir {
+				return nil, false, bad("entry %s: a kept list on what is not a changed directory", p)
+			}
+			if e.keep, err = parseKept(rec); err != nil {
+				return nil, false, bad("entry %s: %v", p, err)
+			}
+		}
 		found := false
 		for _, r := range roots {
 			if p == r.Path {
@@ -416,48 +731,48 @@ func readArchive(roots []Root, data []byte) ([]restoreEntry, error) {
 			}
 		}
 		if !found {
-			return nil, bad("entry %s: outside the places the agent can write", p)
+			return nil, false, bad("entry %s: outside the places the agent can write", p)
 		}
 		switch h.Typeflag {
 		case tar.TypeDir:
 			if !e.root.Dir {
-				return nil, bad("entry %s: a directory where the agent can only write a file", p)
+				return nil, false, bad("entry %s: a directory where the agent can only write a file", p)
 			}
 		case tar.TypeReg:
 			if e.root.Dir && e.rel == "." {
-				return nil, bad("entry %s: a file in place of a directory", p)
+				return nil, false, bad("entry %s: a file in place of a directory", p)
 			}
 		case tar.TypeSymlink, tar.TypeLink:
 			if e.rel == "." {
-				return nil, bad("entry %s: a link in place of a root", p)
+				return nil, false, bad("entry %s: a link in place of a root", p)
 			}
 			if h.Typeflag == tar.TypeLink {
 				target := "/" + h.Linkname
 				if isDir, ok := seen[target]; !ok || isDir || path.Clean(target) != target || !strings.HasPrefix(target, e.root.Path+"/") {
-					return nil, bad("entry %s: a hard link to %s, not an earlier file of its directory", p, target)
+					return nil, false, bad("entry %s: a hard link to %s, not an earlier file of its directory", p, target)
 				}
 				h.Linkname = strings.TrimPrefix(target, e.root.Path+"/")
 			}
 		default:
-			return nil, bad("entry %s: type %q is not restored", p, h.Typeflag)
+			return nil, false, bad("entry %s: type %q is not restored", p, h.Typeflag)
 		}
 		if e.rel != "." {
 			if _, dup := seen[p]; dup {
-				return nil, bad("entry %s: twice in the archive", p)
+				return nil, false, bad("entry %s: twice in the archive", p)
 			}
 			parent := path.Dir(p)
 			if isDir, ok := seen[parent]; parent != e.root.Path && (!ok || !isDir) {
-				return nil, bad("entry %s: its directory is not an earlier directory of the archive", p)
+				return nil, false, bad("entry %s: its directory is not an earlier directory of the archive", p)
 			}
 		}
 		seen[p] = h.Typeflag == tar.TypeDir
 		if h.Typeflag == tar.TypeReg {
 			if h.Size < 0 || h.Size > int64(len(data)) {
-				return nil, bad("entry %s: size %d", p, h.Size)
+				return nil, false, bad("entry %s: size %d", p, h.Size)
 			}
 			e.data = make([]byte, h.Size)
 			if _, err := io.ReadFull(tr, e.data); err != nil {
-				return nil, bad("entry %s: %v", p, err)
+				return nil, false, bad("entry %s: %v", p, err)
 			}
 		}
 		out = append(out, e)
@@ -465,8 +780,8 @@ func readArchive(roots []Root, data []byte) ([]restoreEntry, error) {
 }
 
 // makeEntry makes one entry inside its directory root rt, or writes a file
-// root (rt nil).
-func makeEntry(rt *os.Root, e restoreEntry) error {
+// root (rt nil); with inPlace, a regular file rewrites the one there.
+func makeEntry(rt *os.Root, e restoreEntry, inPlace bool) error {
 	mode := fs.FileMode(e.h.Mode).Perm()
 	switch e.h.Typeflag {
 	case tar.TypeDir:
@@ -486,6 +801,8 @@ func makeEntry(rt *os.Root, e restoreEntry) error {
 		// A file root: it exists, in a directory the agent cannot
 		// write; only its content and mode can change.
 		f, err = os.OpenFile(e.root.Path, os.O_WRONLY|os.O_TRUNC|syscall.O_NOFOLLOW, 0)
+	} else if inPlace {
+		f, err = rt.OpenFile(e.rel, os.O_WRONLY|os.O_TRUNC|syscall.O_NOFOLLOW, 0)
 	} else {
 		f, err = rt.OpenFile(e.rel, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, 0o600)
 	}

@@ -376,9 +376,16 @@ func (c *Client) Roots(ctx context.Context) ([]Root, error) {
 
 // Capture takes what is in roots as a tar archive of at most maxBytes,
 // read as the agent, and leaves it in the executor: it returns the
-// archive's size and the id Fetch takes. See sandbox.Archiver.
-func (c *Client) Capture(ctx context.Context, roots []Root, maxBytes int64) (uint64, int64, error) {
-	resp, err := c.call(ctx, request{Op: opArchive, Roots: roots, MaxBytes: maxBytes, Hold: true})
+// archive's size and the id Fetch takes. A non-zero since makes a delta
+// archive: what changed after since, and for each changed directory the
+// children it kept, so that Restore into a fresh sandbox of the same image
+// removes the others. See sandbox.Archiver.
+func (c *Client) Capture(ctx context.Context, roots []Root, maxBytes int64, since time.Time) (uint64, int64, error) {
+	req := request{Op: opArchive, Roots: roots, MaxBytes: maxBytes, Hold: true}
+	if !since.IsZero() {
+		req.Since = since.UnixNano()
+	}
+	resp, err := c.call(ctx, req)
 	if err != nil {
 		return 0, 0, err
 	}

@@ -74,6 +74,9 @@ type request struct {
 	// Hold keeps an archive in the executor, under the request's id, for
 	// a fetch op (whose Target is that id) instead of returning it.
 	Hold bool `msgpack:"hold,omitempty"`
+	// Since, in Unix nanoseconds, makes an archive op take only what
+	// changed after it (see Client.Capture); 0 takes everything.
+	Since int64 `msgpack:"since,omitempty"`
 }
 
 // installFile is one file of an install op.

@@ -207,7 +207,7 @@ func (s *server) handle(ctx context.Context, req request) response {
 		// As the agent: the archive holds only what it can read.
 		var data []byte
 		err := asAgent(s.opts.Agent, func() (err error) {
-			data, err = s.archive(req.Roots, req.MaxBytes)
+			data, err = s.archive(req.Roots, req.MaxBytes, req.Since)
 			return err
 		})
 		resp := errResponse(req.ID, err)

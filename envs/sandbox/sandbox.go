@@ -93,7 +93,9 @@ type Committer interface {
 // system (/dev/shm).
 type Archiver interface {
 	// Archive takes the agent-writable files and directories as an
-	// archive of at most maxBytes. It is read with the agent's rights,
+	// archive of at most maxBytes; it may hold only what differs from a
+	// fresh sandbox of the same Spec (and what was deleted), which
+	// Restore puts back. It is read with the agent's rights,
 	// while the agent's processes may run. Archive returns once the
 	// archive is taken (later changes are not in it); its bytes may take
 	// longer to reach the caller, through Capture.Fetch. When the state
