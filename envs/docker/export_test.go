@@ -20,3 +20,14 @@ func CutStream(sb sandbox.Sandbox) {
 func SetExecBounds(p *Provider, grace, alive time.Duration) {
 	p.bounds = execBounds{grace: grace, alive: alive}
 }
+
+// StartPhases returns how long each step of sb's start took, by name (for
+// a sandbox from the warm pool, those of its start in the background).
+func StartPhases(sb sandbox.Sandbox) map[string]time.Duration {
+	ph := sb.(*Sandbox).phases
+	return map[string]time.Duration{"create": ph.create, "files": ph.files, "start": ph.start, "attach": ph.attach, "ready": ph.ready}
+}
+
+// Made returns when sb's container was made: before a Create call, sb came
+// from the warm pool.
+func Made(sb sandbox.Sandbox) time.Time { return sb.(*Sandbox).made }
