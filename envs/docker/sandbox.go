@@ -41,8 +41,8 @@ type Sandbox struct {
 	image   string
 	files   []string
 	workdir string
-	exec  *executor.Client
-	conn  types.HijackedResponse
+	exec    *executor.Client
+	conn    types.HijackedResponse
 	// copied ends when the stream demultiplexer stops.
 	copied chan struct{}
 	// phases is how long each step of the container's start took.
