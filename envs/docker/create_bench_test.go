@@ -84,6 +84,16 @@ func benchCold(b *testing.B, opts docker.Options) {
 		b.Fatal(err)
 	}
 	spec := sandbox.Spec{Image: image, WorkDir: "/workspace"}
+	if opts.CreatedPool > 0 {
+		// The pool for a Spec fills after its first Create.
+		s, err := p.Create(ctx, spec)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := s.Close(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
 	py := startDockerPy(b, image, p.Owner())
 	var ours, goAPI, dockerPy []time.Duration
 	phases := map[string][]time.Duration{}
