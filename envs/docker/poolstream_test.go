@@ -62,9 +62,9 @@ func resetStream(tb testing.TB, p *docker.Provider, spec sandbox.Spec, n int, in
 	return res
 }
 
-// streamSetup returns a provider with a warm pool of pool and a spec whose
-// pool is full.
-func streamSetup(tb testing.TB, pool int) (*docker.Provider, sandbox.Spec) {
+// streamSetup returns a provider with a warm pool of pool, a spec whose
+// pool is full, and how long the cold start that began filling it took.
+func streamSetup(tb testing.TB, pool int) (*docker.Provider, sandbox.Spec, time.Duration) {
 	tb.Helper()
 	p, _ := dockertest.NewWith(tb, docker.Options{WarmPool: pool})
 	ctx := context.Background()
@@ -73,25 +73,28 @@ func streamSetup(tb testing.TB, pool int) (*docker.Provider, sandbox.Spec) {
 		tb.Fatal(err)
 	}
 	spec := sandbox.Spec{Image: image, WorkDir: "/workspace"}
+	start := time.Now()
 	s, err := p.Create(ctx, spec)
 	if err != nil {
 		tb.Fatal(err)
 	}
+	cold := time.Since(start)
 	if err := s.Close(ctx); err != nil {
 		tb.Fatal(err)
 	}
 	waitPooled(tb, p, spec, pool)
-	return p, spec
+	return p, spec, cold
 }
 
 // TestWarmPoolSteadyStream checks that the pool refills in the background:
 // resets at a rate it sustains are all served from it, none waiting for a
-// cold start. One reset every 1.5 s from a pool of 2 leaves each refill 3 s,
-// several cold starts even on a loaded machine.
+// cold start. A reset every 2 cold starts (at least 1 s) from a pool of 2
+// leaves each refill 4 cold starts, a margin for a loaded machine.
 func TestWarmPoolSteadyStream(t *testing.T) {
-	p, spec := streamSetup(t, 2)
-	res := resetStream(t, p, spec, 6, 1500*time.Millisecond)
-	t.Logf("latencies %v", res.lat)
+	p, spec, cold := streamSetup(t, 2)
+	every := max(time.Second, 2*cold)
+	res := resetStream(t, p, spec, 6, every)
+	t.Logf("cold start %s; a reset every %s: latencies %v", cold, every, res.lat)
 	if res.missed > 0 {
 		t.Errorf("%d of %d resets waited for a cold start (latencies %v)", res.missed, len(res.lat), res.lat)
 	}
@@ -104,7 +107,7 @@ func TestWarmPoolSteadyStream(t *testing.T) {
 func BenchmarkPoolStream(b *testing.B) {
 	for _, every := range []time.Duration{time.Second, 500 * time.Millisecond, 250 * time.Millisecond} {
 		b.Run("every_"+every.String(), func(b *testing.B) {
-			p, spec := streamSetup(b, 2)
+			p, spec, _ := streamSetup(b, 2)
 			b.ResetTimer()
 			res := resetStream(b, p, spec, b.N, every)
 			report(b, res.lat)
