@@ -130,20 +130,27 @@ func (p *Provider) fill(key string, spec sandbox.Spec) {
 			}
 		}
 	}
+	p.settle(&p.pool, p.filling, key, s, err, "warm pool: start")
+}
+
+// settle ends a fill of the pool *ready whose fills in flight inFlight
+// counts: s, made unless err, joins it; s is closed if the provider closed
+// meanwhile, and err logged as what failed.
+func (p *Provider) settle(ready *map[string][]*Sandbox, inFlight map[string]int, key string, s *Sandbox, err error, what string) {
 	p.mu.Lock()
-	p.filling[key]--
+	inFlight[key]--
 	if err == nil && !p.closed {
-		p.pool[key] = append(p.pool[key], s)
+		(*ready)[key] = append((*ready)[key], s)
 		s = nil
 	}
 	p.mu.Unlock()
 	if err != nil {
 		if p.bgCtx.Err() == nil {
-			p.log.Warn("warm pool: start failed", "err", err)
+			p.log.Warn(what+" failed", "err", err)
 		}
 		return
 	}
-	if s != nil { // the provider closed meanwhile
+	if s != nil {
 		_ = s.Close(context.Background())
 	}
 }
@@ -217,22 +224,7 @@ func (p *Provider) fillCreated(key string, spec sandbox.Spec) {
 	case <-p.bgCtx.Done():
 		err = p.bgCtx.Err()
 	}
-	p.mu.Lock()
-	p.creating[key]--
-	if err == nil && !p.closed {
-		p.created[key] = append(p.created[key], s)
-		s = nil
-	}
-	p.mu.Unlock()
-	if err != nil {
-		if p.bgCtx.Err() == nil {
-			p.log.Warn("created pool: create failed", "err", err)
-		}
-		return
-	}
-	if s != nil { // the provider closed meanwhile
-		_ = s.Close(context.Background())
-	}
+	p.settle(&p.created, p.creating, key, s, err, "created pool: create")
 }
 
 // Created returns the number of created, not started, containers waiting
