@@ -28,6 +28,7 @@ func StartPhases(sb sandbox.Sandbox) map[string]time.Duration {
 	return map[string]time.Duration{"create": ph.create, "files": ph.files, "start": ph.start, "attach": ph.attach, "ready": ph.ready}
 }
 
-// Made returns when sb's container was made: before a Create call, sb came
-// from the warm pool.
+// Made returns when sb's container was created: on a provider without a
+// created pool, a sandbox made before the Create call that returned it
+// came from the warm pool.
 func Made(sb sandbox.Sandbox) time.Time { return sb.(*Sandbox).made }
