@@ -138,7 +138,7 @@ func rolloutWith(ctx context.Context, args []string, stdout, stderr io.Writer, l
 	fs.IntVar(&f.warmPool, "warm-pool", 0, "started sandboxes kept ready per environment, so episodes start at once (in process only)")
 	f.caches.register(fs)
 	f.engines.register(fs)
-	fs.DurationVar(&f.orphanAfter, "orphan-after", docker.DefaultOrphanAfter, "a sandbox whose executor stream is gone (e.g. this process was killed) removes itself after this long; 0: never (in process only)")
+	fs.DurationVar(&f.orphanAfter, "orphan-after", docker.DefaultOrphanAfter, "an image-preparing container whose executor stream is gone (e.g. this process was killed) removes itself after this long (a sandbox goes at once); 0: never (in process only)")
 	fs.BoolVar(&f.noJanitor, "no-janitor", false, "start no janitor process; without it, snapshot images of a killed run stay until the next start or gymserver reap (in process only)")
 	fs.StringVar(&f.janitorLog, "janitor-log", "", "file the janitor appends what it removed to (default: none; in process only)")
 	fs.StringVar(&f.policy, "policy", "llm", "llm, oracle (each environment's reference solution) or replay:FILE (a trajectory's calls)")

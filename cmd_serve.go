@@ -39,7 +39,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	caches.register(fs)
 	var engines engineFlags
 	engines.register(fs)
-	orphanAfter := fs.Duration("orphan-after", docker.DefaultOrphanAfter, "a sandbox whose executor stream is gone (e.g. this server was killed) removes itself after this long; 0: never")
+	orphanAfter := fs.Duration("orphan-after", docker.DefaultOrphanAfter, "an image-preparing container whose executor stream is gone (e.g. this server was killed) removes itself after this long (a sandbox goes at once); 0: never")
 	noJanitor := fs.Bool("no-janitor", false, "start no janitor process; without it, snapshot images of a killed server stay until the next start or gymserver reap")
 	janitorLog := fs.String("janitor-log", "", "file the janitor appends what it removed to (default: none)")
 	drainTimeout := fs.Duration("drain-timeout", server.DefaultDrainTimeout, "on SIGTERM, how long in-flight requests may finish")

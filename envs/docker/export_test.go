@@ -36,3 +36,15 @@ func WholeArchive(ctx context.Context, sb sandbox.Sandbox) ([]byte, error) {
 	}
 	return s.exec.Fetch(ctx, id)
 }
+
+// StartPhases returns how long each step of sb's start took, by name (for
+// a sandbox from the warm pool, those of its start in the background).
+func StartPhases(sb sandbox.Sandbox) map[string]time.Duration {
+	ph := sb.(*Sandbox).phases
+	return map[string]time.Duration{"create": ph.create, "files": ph.files, "start": ph.start, "attach": ph.attach, "ready": ph.ready}
+}
+
+// Made returns when sb's container was created: on a provider without a
+// created pool, a sandbox made before the Create call that returned it
+// came from the warm pool.
+func Made(sb sandbox.Sandbox) time.Time { return sb.(*Sandbox).made }

@@ -370,6 +370,7 @@ func TestJanitorHelperProcess(t *testing.T) {
 		ExecutorBinary: os.Getenv(envHelperExecutor),
 		Owner:          owner,
 		Janitor:        []string{os.Getenv(envHelperJanitor), "__janitor", "--grace", "500ms", "--log", os.Getenv(envHelperLog)},
+		CreatedPool:    1,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -378,7 +379,8 @@ func TestJanitorHelperProcess(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sb, err := p.Create(ctx, sandbox.Spec{Image: img, WorkDir: "/workspace"})
+	spec := sandbox.Spec{Image: img, WorkDir: "/workspace"}
+	sb, err := p.Create(ctx, spec)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -386,17 +388,24 @@ func TestJanitorHelperProcess(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	fmt.Printf("%s%s %s\n", helperReady, sb.ID(), snap)
+	waitCreated(t, p, spec, 1)
+	list, err := p.Client().ContainerList(ctx, container.ListOptions{All: true, Filters: filters.NewArgs(
+		filters.Arg("label", sandbox.LabelOwner+"="+owner), filters.Arg("status", "created"))})
+	if err != nil || len(list) != 1 {
+		t.Fatalf("created containers: %+v %v", list, err)
+	}
+	fmt.Printf("%s%s %s %s\n", helperReady, sb.ID(), snap, list[0].ID)
 	_, _ = io.Copy(io.Discard, os.Stdin)
 	os.Exit(1) // without closing the provider: its janitor cleans up
 }
 
 // TestJanitorAfterSIGKILL kills, with SIGKILL, a process whose provider has
-// a janitor, a sandbox and a snapshot image, and checks that the janitor
-// alone removes both within a bound. The provider's owner is not of the
-// "<host>:<pid>:<random>" form, so no other gymserver on the host reaps
-// them meanwhile, and its orphan timeout is the default, far beyond the
-// bound.
+// a janitor, a sandbox, a snapshot image and a created (not started)
+// container of its created pool, and checks that all go within a bound:
+// the sandbox by itself (its executor ends with its stream) or by the
+// janitor, the image and the created container by the janitor alone. The
+// provider's owner is not of the "<host>:<pid>:<random>" form, so no other
+// gymserver on the host reaps them meanwhile.
 func TestJanitorAfterSIGKILL(t *testing.T) {
 	const within = 30 * time.Second
 	f := newJanitorFixture(t)
@@ -454,12 +463,12 @@ func TestJanitorAfterSIGKILL(t *testing.T) {
 	case <-time.After(5 * time.Minute):
 		t.Fatal("helper not ready")
 	}
-	if len(ids) != 2 {
-		t.Fatalf("helper printed %q, want a container id and an image", ids)
+	if len(ids) != 3 {
+		t.Fatalf("helper printed %q, want a container id, an image and a container id", ids)
 	}
-	sandboxID, snapshot := ids[0], ids[1]
-	if !f.exists("container", sandboxID) || !f.exists("image", snapshot) {
-		t.Fatal("the helper's sandbox or snapshot image is not there before the kill")
+	sandboxID, snapshot, created := ids[0], ids[1], ids[2]
+	if !f.exists("container", sandboxID) || !f.exists("image", snapshot) || !f.exists("container", created) {
+		t.Fatal("the helper's sandbox, snapshot image or created container is not there before the kill")
 	}
 
 	if err := cmd.Process.Kill(); err != nil {
@@ -467,16 +476,17 @@ func TestJanitorAfterSIGKILL(t *testing.T) {
 	}
 	<-waited
 	killed := time.Now()
-	waittest.Until(t, "the killed provider's sandbox and snapshot image to go", within, func() (bool, error) {
-		return !f.exists("container", sandboxID) && !f.exists("image", snapshot), nil
+	waittest.Until(t, "the killed provider's sandbox, snapshot image and created container to go", within, func() (bool, error) {
+		return !f.exists("container", sandboxID) && !f.exists("image", snapshot) && !f.exists("container", created), nil
 	})
-	t.Logf("sandbox and snapshot image gone %s after the SIGKILL", time.Since(killed).Round(time.Millisecond))
+	t.Logf("sandbox, snapshot image and created container gone %s after the SIGKILL", time.Since(killed).Round(time.Millisecond))
 	waittest.Until(t, "the janitor to log that it is done", within, func() (bool, error) {
 		b, err := os.ReadFile(logPath)
 		return err == nil && strings.Contains(string(b), "janitor done"), nil
 	})
 	b, _ := os.ReadFile(logPath)
-	for _, want := range []string{"gone without closing", "janitor removed container", "janitor removed snapshot image", "removed=2"} {
+	// The sandbox may have gone by itself before the janitor looked.
+	for _, want := range []string{"gone without closing", "janitor removed container", "container=" + created[:12], "janitor removed snapshot image"} {
 		if !strings.Contains(string(b), want) {
 			t.Errorf("janitor log lacks %q:\n%s", want, b)
 		}

@@ -16,9 +16,9 @@ import (
 // DefaultOrphanAfter is the default of Options.OrphanAfter.
 const DefaultOrphanAfter = 2 * time.Minute
 
-// idleCmd returns the argv of a container's main process: the executor in
-// idle mode, which ends the container once no executor has served in it
-// for Options.OrphanAfter.
+// idleCmd returns the argv of the main process of a container that
+// prepares an image: the executor in idle mode, which ends the container
+// once no executor has served in it for Options.OrphanAfter.
 //
 // The idle process only counts executors that run under its own uid, so
 // every container must run its serving executor as the user of its main

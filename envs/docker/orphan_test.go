@@ -59,7 +59,8 @@ func containerState(ctx context.Context, cli *client.Client, id string) (exists,
 
 // TestOrphanSandboxGoesWhenStreamCut cuts a sandbox's executor stream, as
 // a SIGKILL of the provider's process would, and checks that the container
-// removes itself within the orphan timeout, and no sooner.
+// removes itself: the executor is its main process, and it ends with its
+// input, without waiting for the orphan timeout.
 func TestOrphanSandboxGoesWhenStreamCut(t *testing.T) {
 	_, cli, sb := orphanSandbox(t)
 	ctx := t.Context()
@@ -68,16 +69,11 @@ func TestOrphanSandboxGoesWhenStreamCut(t *testing.T) {
 	}
 	cut := time.Now()
 	docker.CutStream(sb)
-	waittest.Until(t, "the orphaned container to go", testOrphanAfter+orphanMargin, func() (bool, error) {
+	waittest.Until(t, "the orphaned container to go", orphanMargin, func() (bool, error) {
 		exists, _, err := containerState(ctx, cli, sb.ID())
 		return !exists, err
 	})
-	took := time.Since(cut)
-	t.Logf("container gone %s after the cut", took.Round(time.Millisecond))
-	// The idle process polls every 300 ms at this timeout.
-	if took < testOrphanAfter-time.Second {
-		t.Errorf("container gone %s after the cut, before the orphan timeout %s", took, testOrphanAfter)
-	}
+	t.Logf("container gone %s after the cut", time.Since(cut).Round(time.Millisecond))
 	_, err := sb.Exec(ctx, sandbox.ExecRequest{Argv: []string{"true"}})
 	if err == nil || !strings.Contains(err.Error(), "container is gone") {
 		t.Errorf("exec in the removed sandbox: %v, want an error saying the container is gone", err)

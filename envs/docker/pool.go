@@ -27,6 +27,9 @@ func poolSpec(spec sandbox.Spec) sandbox.Spec {
 	labels := maps.Clone(spec.Labels)
 	delete(labels, sandbox.LabelSession)
 	delete(labels, sandbox.LabelTask)
+	if len(labels) == 0 {
+		labels = nil // no labels and only a task's are the same key
+	}
 	spec.Labels = labels
 	spec.Files = nil
 	return spec
@@ -127,20 +130,27 @@ func (p *Provider) fill(key string, spec sandbox.Spec) {
 			}
 		}
 	}
+	p.settle(&p.pool, p.filling, key, s, err, "warm pool: start")
+}
+
+// settle ends a fill of the pool *ready whose fills in flight inFlight
+// counts: s, made unless err, joins it; s is closed if the provider closed
+// meanwhile, and err logged as what failed.
+func (p *Provider) settle(ready *map[string][]*Sandbox, inFlight map[string]int, key string, s *Sandbox, err error, what string) {
 	p.mu.Lock()
-	p.filling[key]--
+	inFlight[key]--
 	if err == nil && !p.closed {
-		p.pool[key] = append(p.pool[key], s)
+		(*ready)[key] = append((*ready)[key], s)
 		s = nil
 	}
 	p.mu.Unlock()
 	if err != nil {
 		if p.bgCtx.Err() == nil {
-			p.log.Warn("warm pool: start failed", "err", err)
+			p.log.Warn(what+" failed", "err", err)
 		}
 		return
 	}
-	if s != nil { // the provider closed meanwhile
+	if s != nil {
 		_ = s.Close(context.Background())
 	}
 }
@@ -151,4 +161,77 @@ func (p *Provider) Pooled(spec sandbox.Spec) int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return len(p.pool[key])
+}
+
+// takeCreated returns a created, not started, container for key, or nil;
+// nil too once the provider is closing. One that waited too long is
+// closed in the background (see takePooled).
+func (p *Provider) takeCreated(key string) *Sandbox {
+	for {
+		p.mu.Lock()
+		list := p.created[key]
+		if p.closed || len(list) == 0 {
+			p.mu.Unlock()
+			return nil
+		}
+		s := list[0]
+		p.created[key] = list[1:]
+		if time.Since(s.made) < p.maxPoolAge() {
+			p.mu.Unlock()
+			return s
+		}
+		p.bg.Add(1)
+		p.mu.Unlock()
+		p.log.Info("dropping a stale created container", "container", shortID(s.id))
+		go func() {
+			defer p.bg.Done()
+			_ = s.Close(context.Background())
+		}()
+	}
+}
+
+// refillCreated creates containers in the background until the created
+// pool for key holds Options.CreatedPool of them (counting those being
+// created).
+func (p *Provider) refillCreated(key string, spec sandbox.Spec) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return
+	}
+	for n := len(p.created[key]) + p.creating[key]; n < p.opts.CreatedPool; n++ {
+		p.creating[key]++
+		p.bg.Add(1)
+		go p.fillCreated(key, spec)
+	}
+}
+
+// fillCreated creates one container for the created pool, after
+// refillDelay so that the start that took one goes first.
+func (p *Provider) fillCreated(key string, spec sandbox.Spec) {
+	defer p.bg.Done()
+	var s *Sandbox
+	var err error
+	select {
+	case <-time.After(refillDelay):
+		select {
+		case p.starts <- struct{}{}:
+			s, err = p.makeContainer(p.bgCtx, poolSpec(spec))
+			<-p.starts
+		case <-p.bgCtx.Done():
+			err = p.bgCtx.Err()
+		}
+	case <-p.bgCtx.Done():
+		err = p.bgCtx.Err()
+	}
+	p.settle(&p.created, p.creating, key, s, err, "created pool: create")
+}
+
+// Created returns the number of created, not started, containers waiting
+// for spec (see Options.CreatedPool).
+func (p *Provider) Created(spec sandbox.Spec) int {
+	key := poolKey(spec)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.created[key])
 }

@@ -3,7 +3,6 @@ package docker_test
 import (
 	"context"
 	"fmt"
-	"sort"
 	"testing"
 	"time"
 
@@ -133,57 +132,72 @@ func TestWarmPool(t *testing.T) {
 	// dockertest checks that closing the provider removes the pool.
 }
 
-// BenchmarkCreate measures Create to a sandbox that answers, without and
-// with a warm pool. Run: go test -run '^$' -bench Create ./envs/docker/
-func BenchmarkCreate(b *testing.B) {
-	for _, pool := range []int{0, 2} {
-		name := "cold"
-		if pool > 0 {
-			name = "warm_pool"
-		}
-		b.Run(name, func(b *testing.B) {
-			p, _ := dockertest.NewWith(b, docker.Options{WarmPool: pool})
-			ctx := context.Background()
-			image, err := p.Prepare(ctx, sandbox.ImageSpec{BaseImage: baseimage.Python, WorkDir: "/workspace"})
-			if err != nil {
-				b.Fatal(err)
-			}
-			spec := sandbox.Spec{Image: image, WorkDir: "/workspace"}
-			if pool > 0 {
-				// Fill the pool before measuring.
-				s, err := p.Create(ctx, spec)
-				if err != nil {
-					b.Fatal(err)
-				}
-				s.Close(ctx)
-			}
-			lat := make([]time.Duration, 0, b.N)
-			for b.Loop() {
-				if pool > 0 {
-					// Steady state: a trainer resets no faster than the
-					// pool refills; wait for the refill off the clock.
-					b.StopTimer()
-					waitPooled(b, p, spec, pool)
-					b.StartTimer()
-				}
-				start := time.Now()
-				s, err := p.Create(ctx, spec)
-				if err != nil {
-					b.Fatal(err)
-				}
-				lat = append(lat, time.Since(start))
-				b.StopTimer()
-				s.Close(ctx)
-				b.StartTimer()
-			}
-			sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
-			report(b, lat)
-		})
-	}
-}
-
 // waitPooled waits until the provider holds n idle pooled sandboxes.
 func waitPooled(tb testing.TB, p *docker.Provider, spec sandbox.Spec, n int) {
 	tb.Helper()
 	waittest.For(tb, fmt.Sprintf("the pool to hold %d sandboxes", n), time.Minute, func() bool { return p.Pooled(spec) >= n })
+}
+
+// TestCreatedPool checks that with Options.CreatedPool a cold Create starts
+// a container created ahead, not started until then, hardened like any
+// other, with the caller's starter files (in the working directory and
+// outside it) and a fresh session id; and that the pool refills.
+func TestCreatedPool(t *testing.T) {
+	p, cli := dockertest.NewWith(t, docker.Options{CreatedPool: 1})
+	ctx := t.Context()
+	image, err := p.Prepare(ctx, sandbox.ImageSpec{BaseImage: baseimage.Python, WorkDir: "/workspace"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec := sandbox.Spec{Image: image, WorkDir: "/workspace",
+		Resources: sandbox.Resources{MemoryBytes: 256 << 20, CPUs: 0.5, PIDs: 100}}
+	first, err := p.Create(ctx, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer first.Close(context.Background())
+	waitCreated(t, p, spec, 1)
+	var waiting string
+	for _, c := range ownContainers(t, cli, p) {
+		if c.ID != first.ID() {
+			waiting = c.ID
+			if c.State != "created" {
+				t.Errorf("pooled container %s is %s, want created (not started)", c.ID[:12], c.State)
+			}
+		}
+	}
+	withFiles := spec
+	withFiles.Files = []sandbox.File{{Path: "/workspace/task.txt", Data: []byte("in")}, {Path: "/opt/task/data.txt", Data: []byte("out")}}
+	withFiles.Labels = map[string]string{sandbox.LabelTask: "t"}
+	second, err := p.Create(ctx, withFiles)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer second.Close(context.Background())
+	if second.ID() != waiting {
+		t.Errorf("Create started %s, want the created container %s", second.ID(), waiting)
+	}
+	if second.SessionID() == first.SessionID() || !sessionIDPattern.MatchString(second.SessionID()) {
+		t.Errorf("session ids %q and %q", first.SessionID(), second.SessionID())
+	}
+	for path, want := range map[string]string{"task.txt": "in", "/opt/task/data.txt": "out"} {
+		if data, err := second.ReadFile(ctx, path, 100); err != nil || string(data) != want {
+			t.Errorf("read %s: %q %v, want %q", path, data, err, want)
+		}
+	}
+	r, err := second.Exec(ctx, sandbox.ExecRequest{Argv: []string{"id", "-u"}})
+	if err != nil || string(r.Stdout) != "1000\n" {
+		t.Errorf("id -u: %+v %v", r, err)
+	}
+	info, err := cli.ContainerInspect(ctx, second.ID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	hc := info.HostConfig
+	if hc.NetworkMode != "none" || hc.Memory != 256<<20 || hc.NanoCPUs != 5e8 || hc.PidsLimit == nil || *hc.PidsLimit != 100 ||
+		len(hc.CapDrop) != 1 || hc.CapDrop[0] != "ALL" || len(hc.SecurityOpt) == 0 || !info.State.Running ||
+		info.Config.Labels[sandbox.LabelSession] != second.SessionID() || info.Config.Labels[sandbox.LabelOwner] != p.Owner() {
+		t.Errorf("started created container: host config %+v, state %+v, labels %v", hc, info.State, info.Config.Labels)
+	}
+	waitCreated(t, p, spec, 1) // refilled
 }

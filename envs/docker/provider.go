@@ -83,12 +83,20 @@ type Options struct {
 	// each distinct Spec, so that Create returns at once (0: none). The
 	// pool for a Spec fills after its first Create.
 	WarmPool int
-	// OrphanAfter is how long a container lives without an attached
-	// executor (default 2 minutes; negative: forever). A container whose
-	// provider died, even by SIGKILL, thus stops within OrphanAfter and
-	// the engine removes it, without waiting for another provider to
-	// reap it. It also bounds the time from a container's start to its
-	// executor's attach.
+	// CreatedPool is the number of containers created but not started
+	// kept for each distinct Spec (0: none), so that a Create that the
+	// warm pool does not serve only starts one: the engine's create (the
+	// container's writable layer and its record) is done ahead, off the
+	// caller's clock. Unlike the warm pool's, these hold no process and
+	// no memory. They are removed on Close; if the provider dies they
+	// stay, stopped, until the janitor or a Reap removes them.
+	CreatedPool int
+	// OrphanAfter is how long a container that prepares an image lives
+	// without an attached executor (default 2 minutes; negative:
+	// forever). A sandbox needs no such bound: its executor is its main
+	// process and ends with its stream, so a sandbox whose provider died,
+	// even by SIGKILL, stops at once and the engine removes it, without
+	// waiting for another provider to reap it.
 	OrphanAfter time.Duration
 	// Janitor is the argv of a process New starts to remove this
 	// provider's containers and snapshot images once the provider is
@@ -144,6 +152,10 @@ type Provider struct {
 	// flight for each key.
 	pool    map[string][]*Sandbox
 	filling map[string]int
+	// created holds containers created, not started, by poolKey (see
+	// Options.CreatedPool); creating counts the creates in flight.
+	created  map[string][]*Sandbox
+	creating map[string]int
 	// snapshots are the images Commit made, removed on Close; dropped
 	// are those DropImage could not remove yet because a sandbox uses them.
 	snapshots map[string]bool
@@ -194,6 +206,8 @@ func New(ctx context.Context, opts Options) (*Provider, error) {
 		building:  map[string]chan struct{}{},
 		pool:      map[string][]*Sandbox{},
 		filling:   map[string]int{},
+		created:   map[string][]*Sandbox{},
+		creating:  map[string]int{},
 		snapshots: map[string]bool{},
 		dropped:   map[string]bool{},
 		bounds:    execBounds{grace: execGrace, alive: aliveEvery},
@@ -304,6 +318,7 @@ func (p *Provider) Close(ctx context.Context) error {
 	p.bg.Wait()
 	p.mu.Lock()
 	p.pool = map[string][]*Sandbox{}
+	p.created = map[string][]*Sandbox{}
 	live := make([]*Sandbox, 0, len(p.live))
 	for _, s := range p.live {
 		live = append(live, s)

@@ -33,22 +33,36 @@ type Sandbox struct {
 	// session is the id of its session, minted at its start and on its
 	// gymserver.session label.
 	session string
-	// made is when the container started.
+	// made is when the container was created.
 	made time.Time
 	// image is the image the container runs; files are the paths of the
-	// task files put into it (see Spec.Files).
-	image string
-	files []string
-	exec  *executor.Client
-	conn  types.HijackedResponse
+	// task files put into it (see Spec.Files); workdir is its working
+	// directory.
+	image   string
+	files   []string
+	workdir string
+	exec    *executor.Client
+	conn    types.HijackedResponse
 	// copied ends when the stream demultiplexer stops.
 	copied chan struct{}
+	// phases is how long each step of the container's start took.
+	phases startPhases
 
 	closeOnce sync.Once
 	closeErr  error
 }
 
 var _ sandbox.Sandbox = (*Sandbox)(nil)
+
+// startPhases is how long each step of a cold start took; the benchmark
+// of Create reports them.
+type startPhases struct {
+	// create is the engine's container create, files the copy of the
+	// starter files, attach the attach to the executor's stream (before
+	// the start), start the engine's start, ready the first round trip
+	// to the executor.
+	create, files, start, attach, ready time.Duration
+}
 
 // Create returns a sandbox for spec: a ready one from the warm pool when
 // Options.WarmPool is set and one is waiting, else a container started
@@ -117,9 +131,10 @@ func starterMode(m fs.FileMode) fs.FileMode {
 	return m.Perm()
 }
 
-// create starts a container from a prepared image and attaches its
-// executor. On failure nothing is left behind.
-func (p *Provider) create(ctx context.Context, spec sandbox.Spec) (_ *Sandbox, err error) {
+// create starts a container from a prepared image, one of the created
+// pool when Options.CreatedPool is set and one is waiting, and attaches
+// its executor. On failure nothing is left behind.
+func (p *Provider) create(ctx context.Context, spec sandbox.Spec) (s *Sandbox, err error) {
 	p.mu.Lock()
 	closed := p.closed
 	p.mu.Unlock()
@@ -132,7 +147,37 @@ func (p *Provider) create(ctx context.Context, spec sandbox.Spec) (_ *Sandbox, e
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
+	if p.opts.CreatedPool > 0 && !p.isSnapshot(spec.Image) {
+		key := poolKey(spec)
+		defer p.refillCreated(key, spec)
+		s = p.takeCreated(key)
+	}
+	if s != nil {
+		err := p.boot(ctx, s, spec)
+		if err == nil {
+			return s, nil
+		}
+		// A broken created container (e.g. removed by hand) goes; a new
+		// one serves.
+		p.log.Info("created container did not start; creating a new one", "container", shortID(s.id), "err", err)
+		_ = s.Close(context.WithoutCancel(ctx))
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+	}
+	if s, err = p.makeContainer(ctx, spec); err != nil {
+		return nil, err
+	}
+	if err := p.boot(ctx, s, spec); err != nil {
+		_ = s.Close(context.WithoutCancel(ctx))
+		return nil, err
+	}
+	return s, nil
+}
 
+// makeContainer creates a container for spec, not started, and adds it to
+// the live sandboxes. On failure nothing is left behind.
+func (p *Provider) makeContainer(ctx context.Context, spec sandbox.Spec) (*Sandbox, error) {
 	res := spec.Resources
 	if res.MemoryBytes <= 0 {
 		res.MemoryBytes = defaultMemory
@@ -163,17 +208,30 @@ func (p *Provider) create(ctx context.Context, spec sandbox.Spec) (_ *Sandbox, e
 		labels = map[string]string{}
 	}
 	labels[sandbox.LabelSession] = session
-	// The container's init and main process and the executor run as root
-	// with the few capabilities the executor needs to act as the agent and
-	// to stop it; the agent's commands run as sandboxUser with none (see
-	// executor.Cred), so the agent cannot signal, trace or write to them.
+	// The container's init and its main process, the executor, run as
+	// root with the few capabilities the executor needs to act as the agent
+	// and to stop it; the agent's commands run as sandboxUser with none
+	// (see executor.Cred), so the agent cannot signal, trace or write to
+	// them.
+	//
+	// The executor is the main process and speaks over the container's
+	// stdin and stdout, attached before the start: no docker exec (a
+	// second process start in the engine) and no round trip after the
+	// start but the first ping. Stdin closes when the attach ends
+	// (StdinOnce), as when this process dies, so the executor ends and the
+	// container with it, and the engine removes it (AutoRemove).
 	cfg := &container.Config{
-		Image:      spec.Image,
-		Cmd:        p.idleCmd(),
-		User:       machineUser,
-		Env:        envList(spec.Env),
-		WorkingDir: workdir,
-		Labels:     p.labels(labels),
+		Image:        spec.Image,
+		Cmd:          p.executorCmd("serve", "--workdir", workdir, "--agent", sandboxUser),
+		User:         machineUser,
+		Env:          envList(spec.Env),
+		WorkingDir:   workdir,
+		Labels:       p.labels(labels),
+		OpenStdin:    true,
+		StdinOnce:    true,
+		AttachStdin:  true,
+		AttachStdout: true,
+		AttachStderr: true,
 	}
 	host := &container.HostConfig{
 		NetworkMode: container.NetworkMode(network),
@@ -187,10 +245,13 @@ func (p *Provider) create(ctx context.Context, spec sandbox.Spec) (_ *Sandbox, e
 		CapDrop:     []string{"ALL"},
 		CapAdd:      machineCaps,
 		Init:        &init,
-		// The idle process ends an orphaned container; the engine removes it.
+		// A container whose executor ended goes.
 		AutoRemove: true,
+		// The executor's stream is the protocol: the engine need not log it.
+		LogConfig: container.LogConfig{Type: "none"},
 	}
 	p.limitDisk(host, res)
+	t0 := time.Now()
 	created, err := p.cli.ContainerCreate(ctx, cfg, host, nil, nil, "")
 	if err != nil && host.StorageOpt != nil && p.noQuota(err) {
 		host.StorageOpt = nil
@@ -199,53 +260,57 @@ func (p *Provider) create(ctx context.Context, spec sandbox.Spec) (_ *Sandbox, e
 	if err != nil {
 		return nil, gym.Classify(fmt.Errorf("docker: create container from %s: %w", spec.Image, err), gym.ClassSandbox)
 	}
-	s := &Sandbox{p: p, id: created.ID, session: session, made: time.Now(),
-		image: spec.Image, files: filePaths(spec.Files)}
-	defer func() {
-		if err != nil {
-			s.Close(context.WithoutCancel(ctx))
-		}
-	}()
+	s := &Sandbox{p: p, id: created.ID, session: session, made: time.Now(), image: spec.Image, workdir: workdir}
+	s.phases.create = time.Since(t0)
 	p.mu.Lock()
 	p.live[s.id] = s
 	p.mu.Unlock()
-	if len(spec.Files) > 0 {
-		archive, err := filesArchive(workdir, spec.Files)
-		if err != nil {
-			return nil, gym.Classify(fmt.Errorf("docker: starter files: %w", err), gym.ClassSandbox)
-		}
-		if err := p.cli.CopyToContainer(ctx, s.id, "/", archive, container.CopyToContainerOptions{}); err != nil {
-			return nil, gym.Classify(fmt.Errorf("docker: copy starter files into %s: %w", shortID(s.id), err), gym.ClassSandbox)
-		}
-	}
-	if err := p.cli.ContainerStart(ctx, s.id, container.StartOptions{}); err != nil {
-		return nil, gym.Classify(fmt.Errorf("docker: start container %s: %w", shortID(s.id), err), gym.ClassSandbox)
-	}
-	if err := s.attach(ctx, workdir, spec.Env); err != nil {
-		return nil, err
-	}
-	p.log.Debug("sandbox started", "container", shortID(s.id), "image", spec.Image)
 	return s, nil
 }
 
-// attach starts the executor in the container and connects a client to it.
-func (s *Sandbox) attach(ctx context.Context, workdir string, env map[string]string) error {
-	p := s.p
-	ex, err := p.cli.ContainerExecCreate(ctx, s.id, container.ExecOptions{
-		User:         machineUser,
-		AttachStdin:  true,
-		AttachStdout: true,
-		AttachStderr: true,
-		Env:          envList(env),
-		WorkingDir:   workdir,
-		Cmd:          p.executorCmd("serve", "--workdir", workdir, "--agent", sandboxUser),
-	})
-	if err != nil {
-		return gym.Classify(fmt.Errorf("docker: create executor in %s: %w", shortID(s.id), err), gym.ClassSandbox)
+// boot puts spec's starter files into s's container, attaches to its
+// executor, starts it and waits for the executor's first answer.
+func (p *Provider) boot(ctx context.Context, s *Sandbox, spec sandbox.Spec) error {
+	workdir := s.workdir
+	s.files = filePaths(spec.Files)
+	t0 := time.Now()
+	if len(spec.Files) > 0 {
+		archive, err := filesArchive(workdir, spec.Files)
+		if err != nil {
+			return gym.Classify(fmt.Errorf("docker: starter files: %w", err), gym.ClassSandbox)
+		}
+		if err := p.cli.CopyToContainer(ctx, s.id, "/", archive, container.CopyToContainerOptions{}); err != nil {
+			return gym.Classify(fmt.Errorf("docker: copy starter files into %s: %w", shortID(s.id), err), gym.ClassSandbox)
+		}
 	}
-	conn, err := p.cli.ContainerExecAttach(ctx, ex.ID, container.ExecAttachOptions{})
+	s.phases.files = time.Since(t0)
+	if err := s.attach(ctx); err != nil {
+		return err
+	}
+	t0 = time.Now()
+	if err := p.cli.ContainerStart(ctx, s.id, container.StartOptions{}); err != nil {
+		return gym.Classify(fmt.Errorf("docker: start container %s: %w", shortID(s.id), err), gym.ClassSandbox)
+	}
+	s.phases.start = time.Since(t0)
+	t0 = time.Now()
+	pctx, cancel := context.WithTimeout(ctx, pingTimeout)
+	defer cancel()
+	if err := s.exec.Ping(pctx); err != nil {
+		return gym.Classify(fmt.Errorf("docker: executor in %s does not answer: %w", shortID(s.id), s.diagnose(err)), gym.ClassSandbox)
+	}
+	s.phases.ready = time.Since(t0)
+	p.log.Debug("sandbox started", "container", shortID(s.id), "image", spec.Image)
+	return nil
+}
+
+// attach connects a client to the executor through the container's
+// stdin, stdout and stderr; the executor's stderr goes to the log.
+func (s *Sandbox) attach(ctx context.Context) error {
+	p := s.p
+	t0 := time.Now()
+	conn, err := p.cli.ContainerAttach(ctx, s.id, container.AttachOptions{Stream: true, Stdin: true, Stdout: true, Stderr: true})
 	if err != nil {
-		return gym.Classify(fmt.Errorf("docker: attach executor in %s: %w", shortID(s.id), err), gym.ClassSandbox)
+		return gym.Classify(fmt.Errorf("docker: attach to %s: %w", shortID(s.id), err), gym.ClassSandbox)
 	}
 	s.conn = conn
 	pr, pw := io.Pipe()
@@ -260,11 +325,7 @@ func (s *Sandbox) attach(ctx context.Context, workdir string, env map[string]str
 		pw.CloseWithError(err)
 	}()
 	s.exec = executor.NewClient(pr, hijackWriter{conn})
-	pctx, cancel := context.WithTimeout(ctx, pingTimeout)
-	defer cancel()
-	if err := s.exec.Ping(pctx); err != nil {
-		return gym.Classify(fmt.Errorf("docker: executor in %s does not answer: %w", shortID(s.id), s.diagnose(err)), gym.ClassSandbox)
-	}
+	s.phases.attach = time.Since(t0)
 	return nil
 }
 
