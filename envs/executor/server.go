@@ -107,6 +107,11 @@ type server struct {
 	running map[uint64]context.CancelFunc
 	// held are archives taken for a later fetch, by request id.
 	held map[uint64][]byte
+
+	// shellTurn is held by the one request using the persistent shell;
+	// sh is guarded by holding it.
+	shellTurn chan struct{}
+	sh        *shell
 }
 
 // Serve answers requests read from r, writing responses to w, until r ends
@@ -117,9 +122,10 @@ func Serve(ctx context.Context, r io.Reader, w io.Writer, opts Options) error {
 		log = slog.New(slog.DiscardHandler)
 	}
 	s := &server{opts: opts, log: log, w: bufio.NewWriter(w), groups: map[int]bool{}, running: map[uint64]context.CancelFunc{},
-		held: map[uint64][]byte{}}
+		held: map[uint64][]byte{}, shellTurn: make(chan struct{}, 1)}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	defer s.closeShell() // after every handler has returned
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	br := bufio.NewReader(r)
@@ -159,6 +165,9 @@ func (s *server) handle(ctx context.Context, req request) response {
 	case opPing:
 		return response{ID: req.ID}
 	case opExec:
+		if req.Shell {
+			return s.shellExec(ctx, req)
+		}
 		return s.exec(ctx, req)
 	case opCancel:
 		s.mu.Lock()
