@@ -95,7 +95,7 @@ type Environment struct {
 	// session (sandbox.ExecRequest.Shell) instead of a new /bin/sh -c per
 	// command: cd, exported variables and functions carry over from one
 	// command to the next. Background commands still start on their own.
-	PersistentShell bool `json:"persistent_shell"`
+	PersistentShell bool `json:"persistent_shell,omitempty"`
 	// Tools are custom tools offered beside the standard ones in every
 	// task of the environment.
 	Tools []Tool `json:"tools,omitempty"`
