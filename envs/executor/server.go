@@ -299,21 +299,8 @@ func (s *server) exec(ctx context.Context, req request) response {
 	}
 	cmd.WaitDelay = waitDelay
 
-	cctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	if req.TimeoutMS > 0 {
-		var c2 context.CancelFunc
-		cctx, c2 = context.WithTimeout(cctx, time.Duration(req.TimeoutMS)*time.Millisecond)
-		defer c2()
-	}
-	s.mu.Lock()
-	s.running[req.ID] = cancel
-	s.mu.Unlock()
-	defer func() {
-		s.mu.Lock()
-		delete(s.running, req.ID)
-		s.mu.Unlock()
-	}()
+	cctx, stop := s.commandContext(ctx, req)
+	defer stop()
 
 	var rep *reportPipe
 	if req.Report {
@@ -381,6 +368,28 @@ func (s *server) exec(ctx context.Context, req request) response {
 		resp.Report, resp.ReportDropped = data, dropped
 	}
 	return resp
+}
+
+// commandContext is the context of exec request req: it ends with ctx,
+// with the request's timeout and with a cancel op naming the request.
+// stop releases it.
+func (s *server) commandContext(ctx context.Context, req request) (cctx context.Context, stop func()) {
+	cctx, cancel := context.WithCancel(ctx)
+	release := cancel
+	if req.TimeoutMS > 0 {
+		var cancelTimeout context.CancelFunc
+		cctx, cancelTimeout = context.WithTimeout(cctx, time.Duration(req.TimeoutMS)*time.Millisecond)
+		release = func() { cancelTimeout(); cancel() }
+	}
+	s.mu.Lock()
+	s.running[req.ID] = cancel
+	s.mu.Unlock()
+	return cctx, func() {
+		s.mu.Lock()
+		delete(s.running, req.ID)
+		s.mu.Unlock()
+		release()
+	}
 }
 
 // started remembers a new process group for KillAll and makes it the

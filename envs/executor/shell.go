@@ -273,21 +273,8 @@ func (s *server) shellExec(ctx context.Context, req request) response {
 	if maxOut <= 0 {
 		maxOut = defaultMaxOutput
 	}
-	cctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	if req.TimeoutMS > 0 {
-		var c2 context.CancelFunc
-		cctx, c2 = context.WithTimeout(cctx, time.Duration(req.TimeoutMS)*time.Millisecond)
-		defer c2()
-	}
-	s.mu.Lock()
-	s.running[req.ID] = cancel
-	s.mu.Unlock()
-	defer func() {
-		s.mu.Lock()
-		delete(s.running, req.ID)
-		s.mu.Unlock()
-	}()
+	cctx, stop := s.commandContext(ctx, req)
+	defer stop()
 
 	var nb [12]byte
 	_, _ = rand.Read(nb[:])
