@@ -304,6 +304,14 @@ func (s *session) dispatch(ctx context.Context, call gym.ToolCall, info *gym.Cal
 			MaxOutput:  cfg.MaxOutput,
 			Background: args.Background,
 		}
+		if cfg.PersistentShell && !args.Background {
+			// The shell stays where the last command left it; a
+			// working_directory given is changed to.
+			req.Argv, req.Shell, req.Dir = []string{args.Command}, true, ""
+			if args.WorkingDirectory != "" {
+				req.Dir = s.resolve(args.WorkingDirectory)
+			}
+		}
 		r, err := s.sb.Exec(ctx, req)
 		if err != nil {
 			return "", err

@@ -91,6 +91,11 @@ type Environment struct {
 	MaxActions int `json:"max_actions"`
 	// MaxOutput caps the bytes of one tool result shown to the agent.
 	MaxOutput int `json:"max_output"`
+	// PersistentShell runs execute_command in one long-lived shell per
+	// session (sandbox.ExecRequest.Shell) instead of a new /bin/sh -c per
+	// command: cd, exported variables and functions carry over from one
+	// command to the next. Background commands still start on their own.
+	PersistentShell bool `json:"persistent_shell,omitempty"`
 	// Tools are custom tools offered beside the standard ones in every
 	// task of the environment.
 	Tools []Tool `json:"tools,omitempty"`

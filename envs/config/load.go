@@ -811,10 +811,11 @@ func (d *decoder) environment(path string, raw json.RawMessage, global Timeouts)
 				},
 			})
 		},
-		"network":     d.str(&e.Network),
-		"max_actions": d.integer(&e.MaxActions),
-		"max_output":  d.integer(&e.MaxOutput),
-		"tools":       func(p string, r json.RawMessage) { e.Tools = d.tools(p, r, nil) },
+		"network":          d.str(&e.Network),
+		"max_actions":      d.integer(&e.MaxActions),
+		"max_output":       d.integer(&e.MaxOutput),
+		"persistent_shell": d.boolean(&e.PersistentShell),
+		"tools":            func(p string, r json.RawMessage) { e.Tools = d.tools(p, r, nil) },
 		"tasks": func(p string, r json.RawMessage) {
 			tasksPath, tasks = p, d.array(p, r)
 			if tasks == nil {

@@ -140,7 +140,8 @@ func TestReapDeadOwner(t *testing.T) {
 
 // BenchmarkExecEcho measures `echo hi` through the executor beside a plain
 // Docker API exec (create, attach, inspect) of the same command in the same
-// container, alone and as a step runs it (/bin/sh -c "/bin/echo hi").
+// container, alone and as a step runs it (/bin/sh -c "/bin/echo hi"), and
+// as a step with persistent_shell runs it.
 // Run: go test -run '^$' -bench ExecEcho ./envs/docker/
 func BenchmarkExecEcho(b *testing.B) {
 	p, cli := newProvider(b)
@@ -210,6 +211,23 @@ func BenchmarkExecEcho(b *testing.B) {
 			for b.Loop() {
 				start := time.Now()
 				r, err := sb.Exec(ctx, sandbox.ExecRequest{Argv: step, Env: c.env, Timeout: 10 * time.Second})
+				if err != nil || string(r.Stdout) != "hi\n" {
+					b.Fatalf("exec: %+v %v", r, err)
+				}
+				lat = append(lat, time.Since(start))
+			}
+			report(b, lat)
+		})
+	}
+	// The same steps with persistent_shell: the command line goes to the
+	// sandbox's long-lived shell; "echo hi" is then a builtin and starts
+	// no process.
+	for _, c := range []struct{ name, cmd string }{{"step_shell", "/bin/echo hi"}, {"step_shell_builtin", "echo hi"}} {
+		b.Run(c.name, func(b *testing.B) {
+			lat := make([]time.Duration, 0, b.N)
+			for b.Loop() {
+				start := time.Now()
+				r, err := sb.Exec(ctx, sandbox.ExecRequest{Argv: []string{c.cmd}, Shell: true, Timeout: 10 * time.Second})
 				if err != nil || string(r.Stdout) != "hi\n" {
 					b.Fatalf("exec: %+v %v", r, err)
 				}

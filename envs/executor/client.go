@@ -249,6 +249,7 @@ func (c *Client) Exec(ctx context.Context, req sandbox.ExecRequest) (sandbox.Exe
 		TimeoutMS:  req.Timeout.Milliseconds(),
 		MaxOutput:  req.MaxOutput,
 		Background: req.Background,
+		Shell:      req.Shell,
 		Stdin:      req.Stdin,
 		Report:     req.Report,
 		ReportMax:  req.ReportMax,

@@ -2,8 +2,10 @@ package executor
 
 import (
 	"bytes"
+	"errors"
 	"flag"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -123,11 +125,25 @@ func (w *serveWatch) serving() bool {
 }
 
 // isServe reports whether the process at dir (/proc/PID) is a serving
-// executor. Processes of other users cannot be inspected and fail the
-// executable check; zombies have no executable.
+// executor. Processes of other users fail the uid check; zombies have no
+// executable.
+//
+// The executable is checked where it can be read. A serving executor
+// stops being readable (its /proc/PID/exe needs CAP_SYS_PTRACE, which
+// this process lacks, even at the same uid) once it has started a command
+// as the agent: the child of the vfork shares its memory until exec, and
+// the child's setuid marks that memory not dumpable. Such a process is
+// then taken on its uid and command line alone, which is safe: the
+// agent cannot start processes of this uid, and the worst a wrong answer
+// does is keep an orphaned container until it is reaped.
 func (w *serveWatch) isServe(dir string) bool {
 	exe, err := os.Stat(filepath.Join(dir, "exe"))
-	if err != nil || !os.SameFile(exe, w.exe) {
+	switch {
+	case err == nil:
+		if !os.SameFile(exe, w.exe) {
+			return false
+		}
+	case !errors.Is(err, fs.ErrPermission):
 		return false
 	}
 	if uid, eid, ok := procUIDs(dir); !ok || uid != w.uid || eid != w.eid {

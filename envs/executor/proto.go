@@ -53,11 +53,13 @@ type request struct {
 	TimeoutMS  int64    `msgpack:"timeout_ms,omitempty"`
 	MaxOutput  int      `msgpack:"max_output,omitempty"`
 	Background bool     `msgpack:"background,omitempty"`
-	Stdin      []byte   `msgpack:"stdin,omitempty"`
-	Path       string   `msgpack:"path,omitempty"`
-	Data       []byte   `msgpack:"data,omitempty"`
-	Mode       uint32   `msgpack:"mode,omitempty"`
-	MaxBytes   int64    `msgpack:"max_bytes,omitempty"`
+	// Shell runs Argv[0], a command line, in the persistent shell.
+	Shell    bool   `msgpack:"shell,omitempty"`
+	Stdin    []byte `msgpack:"stdin,omitempty"`
+	Path     string `msgpack:"path,omitempty"`
+	Data     []byte `msgpack:"data,omitempty"`
+	Mode     uint32 `msgpack:"mode,omitempty"`
+	MaxBytes int64  `msgpack:"max_bytes,omitempty"`
 	// Target is the id of the request a cancel op cancels.
 	Target uint64 `msgpack:"target,omitempty"`
 	// Priv runs a file operation, or an exec, with the executor's own

@@ -107,6 +107,11 @@ type server struct {
 	running map[uint64]context.CancelFunc
 	// held are archives taken for a later fetch, by request id.
 	held map[uint64][]byte
+
+	// shellTurn is held by the one request using the persistent shell;
+	// sh is guarded by holding it.
+	shellTurn chan struct{}
+	sh        *shell
 }
 
 // Serve answers requests read from r, writing responses to w, until r ends
@@ -117,9 +122,10 @@ func Serve(ctx context.Context, r io.Reader, w io.Writer, opts Options) error {
 		log = slog.New(slog.DiscardHandler)
 	}
 	s := &server{opts: opts, log: log, w: bufio.NewWriter(w), groups: map[int]bool{}, running: map[uint64]context.CancelFunc{},
-		held: map[uint64][]byte{}}
+		held: map[uint64][]byte{}, shellTurn: make(chan struct{}, 1)}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	defer s.closeShell() // after every handler has returned
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	br := bufio.NewReader(r)
@@ -159,6 +165,9 @@ func (s *server) handle(ctx context.Context, req request) response {
 	case opPing:
 		return response{ID: req.ID}
 	case opExec:
+		if req.Shell {
+			return s.shellExec(ctx, req)
+		}
 		return s.exec(ctx, req)
 	case opCancel:
 		s.mu.Lock()
@@ -290,21 +299,8 @@ func (s *server) exec(ctx context.Context, req request) response {
 	}
 	cmd.WaitDelay = waitDelay
 
-	cctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	if req.TimeoutMS > 0 {
-		var c2 context.CancelFunc
-		cctx, c2 = context.WithTimeout(cctx, time.Duration(req.TimeoutMS)*time.Millisecond)
-		defer c2()
-	}
-	s.mu.Lock()
-	s.running[req.ID] = cancel
-	s.mu.Unlock()
-	defer func() {
-		s.mu.Lock()
-		delete(s.running, req.ID)
-		s.mu.Unlock()
-	}()
+	cctx, stop := s.commandContext(ctx, req)
+	defer stop()
 
 	var rep *reportPipe
 	if req.Report {
@@ -372,6 +368,28 @@ func (s *server) exec(ctx context.Context, req request) response {
 		resp.Report, resp.ReportDropped = data, dropped
 	}
 	return resp
+}
+
+// commandContext is the context of exec request req: it ends with ctx,
+// with the request's timeout and with a cancel op naming the request.
+// stop releases it.
+func (s *server) commandContext(ctx context.Context, req request) (cctx context.Context, stop func()) {
+	cctx, cancel := context.WithCancel(ctx)
+	release := cancel
+	if req.TimeoutMS > 0 {
+		var cancelTimeout context.CancelFunc
+		cctx, cancelTimeout = context.WithTimeout(cctx, time.Duration(req.TimeoutMS)*time.Millisecond)
+		release = func() { cancelTimeout(); cancel() }
+	}
+	s.mu.Lock()
+	s.running[req.ID] = cancel
+	s.mu.Unlock()
+	return cctx, func() {
+		s.mu.Lock()
+		delete(s.running, req.ID)
+		s.mu.Unlock()
+		release()
+	}
 }
 
 // started remembers a new process group for KillAll and makes it the

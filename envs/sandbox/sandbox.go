@@ -261,6 +261,16 @@ type ExecRequest struct {
 	// Background starts the command and returns at once with its PID. Its
 	// output is discarded; it is killed by KillAll.
 	Background bool
+	// Shell runs Argv[0], a shell command line, in the sandbox's
+	// persistent shell instead of a new process: one long-lived shell per
+	// sandbox, as the agent, keeps what commands change in it (working
+	// directory, exported variables, functions) for the next. Dir, when
+	// set, is changed to first (and stays); Timeout kills every process
+	// below the shell, and a shell that does not then come back, or that
+	// exits, is replaced by a fresh one on the next command (its state is
+	// lost). Stdin is /dev/null; Background, Report, Priv, Stdin and Env
+	// are not allowed with it (gym.ErrInvalidArgument).
+	Shell bool
 	// Stdin is fed to the command.
 	Stdin []byte
 	// Report gives the command a pipe on file descriptor 3 (/dev/fd/3)
