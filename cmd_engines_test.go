@@ -38,7 +38,7 @@ func TestServeAndRolloutOverTwoEngines(t *testing.T) {
 	}
 	engines := []string{"--docker-host", main + ",capacity=1,name=main", "--docker-host", x.Host() + ",capacity=1,name=x"}
 
-	url := startServe(t, bin, calculatorConfig, append(engines, "--engine-health-every", "200ms")...)
+	url := startServe(t, bin, calculatorConfig, append(engines, "--engine-health-every", "200ms", "--ui")...)
 	base := "http://" + strings.TrimSuffix(strings.TrimPrefix(url, "ws://"), "/v1/ws")
 	var got struct{ Engines []fleet.EngineInfo }
 	getJSON(t, base+"/v1/engines", &got)
@@ -82,6 +82,12 @@ func TestServeAndRolloutOverTwoEngines(t *testing.T) {
 	}
 	if got.Engines[1].Transfers != 1 {
 		t.Errorf("engine x: %d image transfers, want 1 (the prepared image and its base, once)", got.Engines[1].Transfers)
+	}
+	// The dashboard shows the same engines.
+	var ui struct{ Engines []fleet.EngineInfo }
+	getJSON(t, base+"/ui/api/state", &ui)
+	if len(ui.Engines) != 2 || ui.Engines[0] != got.Engines[0] || ui.Engines[1] != got.Engines[1] {
+		t.Errorf("dashboard engines %+v, /v1/engines %+v", ui.Engines, got.Engines)
 	}
 	metrics := get(t, base+"/metrics")
 	for _, want := range []string{`gymserver_engine_up{engine="x"} 1`, `gymserver_engine_sandboxes_started_total{engine="main"} 1`,

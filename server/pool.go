@@ -61,22 +61,20 @@ func (u *uiPool) add(p sandbox.Pool) {
 
 // poolTotals sums the warm pools of the server's providers by
 // environment and by engine (engines only when a provider has several).
-// A pool that environments share counts in each of them. It returns nil
-// maps when no provider reports pools.
+// A pool that environments share counts in each of them. An environment
+// has no entry until a reset of it asks for a pool, and none at all
+// without a warm pool.
 func (s *Server) poolTotals() (byEnv, byEngine map[string]*uiPool) {
-	if len(s.pools) == 0 {
-		return nil, nil
-	}
 	byEnv, byEngine = map[string]*uiPool{}, map[string]*uiPool{}
-	for _, spec := range s.opts.Registry.Specs() {
-		byEnv[spec.ID] = &uiPool{}
-	}
 	for _, ps := range s.pools {
 		for _, p := range ps.PoolStats().Pools {
 			for _, env := range p.Envs {
-				if t := byEnv[env]; t != nil {
-					t.add(p)
+				t := byEnv[env]
+				if t == nil {
+					t = &uiPool{}
+					byEnv[env] = t
 				}
+				t.add(p)
 			}
 			if p.Engine != "" {
 				t := byEngine[p.Engine]

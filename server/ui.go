@@ -249,8 +249,8 @@ type uiEnv struct {
 	ID       string `json:"id"`
 	Sessions int    `json:"sessions"`
 	Snapshot bool   `json:"snapshot"`
-	// Pool sums the environment's warm pools; nil when its provider
-	// reports none.
+	// Pool sums the environment's warm pools; nil until a reset asks
+	// for one, and without a warm pool.
 	Pool *uiPool `json:"pool,omitempty"`
 }
 

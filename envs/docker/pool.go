@@ -280,7 +280,7 @@ func (p *Provider) countFor(key string, spec sandbox.Spec) *poolCount {
 }
 
 // PoolStats returns the state of every pool a Create asked for, sorted by
-// image; none without Options.WarmPool.
+// image; none without Options.WarmPool (Create counts nothing then).
 func (p *Provider) PoolStats() sandbox.PoolStats {
 	p.mu.Lock()
 	defer p.mu.Unlock()
