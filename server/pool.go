@@ -40,53 +40,32 @@ func poolStaters(reg Registry) []poolStater {
 	return out
 }
 
-// uiPool sums warm pools: those of one environment, or of one engine.
-type uiPool struct {
-	Target   int   `json:"target"`
-	Ready    int   `json:"ready"`
-	Starting int   `json:"starting"`
-	Created  int   `json:"created"`
-	FromPool int64 `json:"from_pool"`
-	Cold     int64 `json:"cold"`
-}
-
-func (u *uiPool) add(p sandbox.Pool) {
-	u.Target += p.Target
-	u.Ready += p.Ready
-	u.Starting += p.Starting
-	u.Created += p.Created
-	u.FromPool += p.FromPool
-	u.Cold += p.Cold
-}
-
 // poolTotals sums the warm pools of the server's providers by
 // environment and by engine (engines only when a provider has several).
 // A pool that environments share counts in each of them. An environment
 // has no entry until a reset of it asks for a pool, and none at all
 // without a warm pool.
-func (s *Server) poolTotals() (byEnv, byEngine map[string]*uiPool) {
-	byEnv, byEngine = map[string]*uiPool{}, map[string]*uiPool{}
+func (s *Server) poolTotals() (byEnv, byEngine map[string]*sandbox.PoolCounts) {
+	byEnv, byEngine = map[string]*sandbox.PoolCounts{}, map[string]*sandbox.PoolCounts{}
 	for _, ps := range s.pools {
 		for _, p := range ps.PoolStats().Pools {
 			for _, env := range p.Envs {
-				t := byEnv[env]
-				if t == nil {
-					t = &uiPool{}
-					byEnv[env] = t
-				}
-				t.add(p)
+				addCounts(byEnv, env, p.PoolCounts)
 			}
 			if p.Engine != "" {
-				t := byEngine[p.Engine]
-				if t == nil {
-					t = &uiPool{}
-					byEngine[p.Engine] = t
-				}
-				t.add(p)
+				addCounts(byEngine, p.Engine, p.PoolCounts)
 			}
 		}
 	}
 	return byEnv, byEngine
+}
+
+// addCounts adds c to the sums of key in m.
+func addCounts(m map[string]*sandbox.PoolCounts, key string, c sandbox.PoolCounts) {
+	if m[key] == nil {
+		m[key] = &sandbox.PoolCounts{}
+	}
+	m[key].Add(c)
 }
 
 // The warm-pool metrics, by environment.

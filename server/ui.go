@@ -17,6 +17,7 @@ import (
 	"github.com/go-chi/chi/v5"
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/gymserver/gymserver/envs/sandbox"
 	"github.com/gymserver/gymserver/gym"
 )
 
@@ -216,8 +217,8 @@ type uiState struct {
 	Totals        map[string]*uiEnvTotals `json:"totals"`
 	// Engines is Options.Engines() when the server has several engines,
 	// and EnginePools their warm pools by engine name.
-	Engines     any                `json:"engines,omitempty"`
-	EnginePools map[string]*uiPool `json:"engine_pools,omitempty"`
+	Engines     any                            `json:"engines,omitempty"`
+	EnginePools map[string]*sandbox.PoolCounts `json:"engine_pools,omitempty"`
 }
 
 // uiConn is one WebSocket connection.
@@ -251,7 +252,7 @@ type uiEnv struct {
 	Snapshot bool   `json:"snapshot"`
 	// Pool sums the environment's warm pools; nil until a reset asks
 	// for one, and without a warm pool.
-	Pool *uiPool `json:"pool,omitempty"`
+	Pool *sandbox.PoolCounts `json:"pool,omitempty"`
 }
 
 // uiEpisode is one closed session.

@@ -287,9 +287,11 @@ func (p *Provider) PoolStats() sandbox.PoolStats {
 	st := sandbox.PoolStats{Pools: []sandbox.Pool{}}
 	for key, c := range p.counts {
 		st.Pools = append(st.Pools, sandbox.Pool{
-			Image: c.image, Envs: slices.Sorted(maps.Keys(c.envs)), Target: p.opts.WarmPool,
-			Ready: len(p.pool[key]), Starting: p.filling[key], Created: len(p.created[key]),
-			FromPool: c.fromPool.Load(), Cold: c.coldN.Load(),
+			Image: c.image, Envs: slices.Sorted(maps.Keys(c.envs)),
+			PoolCounts: sandbox.PoolCounts{
+				Target: p.opts.WarmPool, Ready: len(p.pool[key]), Starting: p.filling[key], Created: len(p.created[key]),
+				FromPool: c.fromPool.Load(), Cold: c.coldN.Load(),
+			},
 		})
 	}
 	slices.SortFunc(st.Pools, func(a, b sandbox.Pool) int {

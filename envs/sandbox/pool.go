@@ -19,6 +19,11 @@ type Pool struct {
 	// Envs are the environments whose sessions used the pool (the part
 	// of LabelTask before its first "/").
 	Envs []string `json:"envs"`
+	PoolCounts
+}
+
+// PoolCounts are the numbers of one pool, or their sums over several.
+type PoolCounts struct {
 	// Target is the number of ready sandboxes the pool is kept at.
 	Target int `json:"target"`
 	// Ready are the started sandboxes waiting now; Starting those being
@@ -31,4 +36,14 @@ type Pool struct {
 	// those started for the request, since the provider opened.
 	FromPool int64 `json:"from_pool"`
 	Cold     int64 `json:"cold"`
+}
+
+// Add adds the numbers of o to c.
+func (c *PoolCounts) Add(o PoolCounts) {
+	c.Target += o.Target
+	c.Ready += o.Ready
+	c.Starting += o.Starting
+	c.Created += o.Created
+	c.FromPool += o.FromPool
+	c.Cold += o.Cold
 }
