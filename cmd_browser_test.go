@@ -15,6 +15,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -22,6 +23,7 @@ import (
 
 	gymclient "github.com/gymserver/gymserver/clients/go"
 	"github.com/gymserver/gymserver/gym"
+	"github.com/gymserver/gymserver/internal/waittest"
 	"github.com/gymserver/gymserver/policy/rollout"
 )
 
@@ -67,6 +69,10 @@ func startBrowser(t *testing.T, bin string) *browser {
 	cmd := exec.CommandContext(ctx, bin, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
 		"--no-first-run", "--remote-debugging-address=127.0.0.1", "--remote-debugging-port=0",
 		"--user-data-dir="+t.TempDir(), "--window-size=1280,1400", "about:blank")
+	// Chromium's helper processes write to the profile too: the whole
+	// process group goes, so none writes while the profile is removed.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -277,11 +283,12 @@ func oracleRollout(t *testing.T, bin, out string, extra ...string) {
 	}
 }
 
-// TestBrowserDashboard starts `serve --ui --token` with the calculator
-// environment (Docker), runs a real oracle rollout through it and keeps
-// one more session open, then loads the dashboard in headless Chromium,
-// as a browser would (the token once in the address, then the cookie),
-// and checks that the numbers it shows are the server's.
+// TestBrowserDashboard starts `serve --ui --token --warm-pool 2` with the
+// calculator environment (Docker), runs a real oracle rollout through it
+// (a cold reset), waits for the warm pool to fill and keeps one more
+// session open (a reset from the pool), then loads the dashboard in
+// headless Chromium, as a browser would (the token once in the address,
+// then the cookie), and checks that the numbers it shows are the server's.
 func TestBrowserDashboard(t *testing.T) {
 	if testing.Short() {
 		t.Skip("needs Docker")
@@ -289,7 +296,7 @@ func TestBrowserDashboard(t *testing.T) {
 	browser := chromium(t)
 	bin := validateBinary(t)
 	const token = "ui-test-token"
-	ws := startServe(t, bin, calculatorConfig, "--ui", "--token", token)
+	ws := startServe(t, bin, calculatorConfig, "--ui", "--token", token, "--warm-pool", "2")
 	addr := strings.TrimSuffix(strings.TrimPrefix(ws, "ws://"), "/v1/ws")
 
 	// A finished episode: a real rollout through the server.
@@ -303,7 +310,47 @@ func TestBrowserDashboard(t *testing.T) {
 		t.Fatalf("rollout results %+v, want one episode of reward 1", recs)
 	}
 
-	// A live session, left open while the page loads.
+	// The server's own account, read as a script would.
+	type state struct {
+		Steps    int64 `json:"steps"`
+		Episodes []struct {
+			Session string   `json:"session"`
+			Reward  *float64 `json:"reward"`
+			Reason  string   `json:"reason"`
+		} `json:"episodes"`
+		Containers float64 `json:"containers"`
+		Envs       []struct {
+			Pool *struct {
+				Target   int   `json:"target"`
+				Ready    int   `json:"ready"`
+				FromPool int64 `json:"from_pool"`
+				Cold     int64 `json:"cold"`
+			} `json:"pool"`
+		} `json:"envs"`
+	}
+	getState := func() state {
+		t.Helper()
+		req, _ := http.NewRequestWithContext(ctx, "GET", "http://"+addr+"/ui/api/state", nil)
+		req.Header.Set("Authorization", "Bearer "+token)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var st state
+		if err := json.NewDecoder(resp.Body).Decode(&st); err != nil || resp.StatusCode != 200 {
+			t.Fatalf("state: %s, %v", resp.Status, err)
+		}
+		if len(st.Envs) != 1 || st.Envs[0].Pool == nil {
+			t.Fatalf("state shows no warm pool: %+v", st.Envs)
+		}
+		return st
+	}
+	poolReady := func() bool { return getState().Envs[0].Pool.Ready == 2 }
+	// The rollout's reset was cold; the pool fills behind it.
+	waittest.For(t, "the warm pool to hold 2 sandboxes", 3*time.Minute, poolReady)
+
+	// A live session, left open while the page loads: from the pool.
 	c, err := gymclient.Dial(ctx, ws, gymclient.Options{Token: token})
 	if err != nil {
 		t.Fatal(err)
@@ -321,26 +368,11 @@ func TestBrowserDashboard(t *testing.T) {
 		}
 	}
 
-	// The server's own account, read as a script would.
-	req, _ := http.NewRequestWithContext(ctx, "GET", "http://"+addr+"/ui/api/state", nil)
-	req.Header.Set("Authorization", "Bearer "+token)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var st struct {
-		Steps    int64 `json:"steps"`
-		Episodes []struct {
-			Session string   `json:"session"`
-			Reward  *float64 `json:"reward"`
-			Reason  string   `json:"reason"`
-		} `json:"episodes"`
-		Containers float64 `json:"containers"`
-	}
-	err = json.NewDecoder(resp.Body).Decode(&st)
-	resp.Body.Close()
-	if err != nil || resp.StatusCode != 200 {
-		t.Fatalf("state: %s, %v", resp.Status, err)
+	// The pool refills behind the live session's reset.
+	waittest.For(t, "the warm pool to refill to 2", 3*time.Minute, poolReady)
+	st := getState()
+	if p := *st.Envs[0].Pool; p.Target != 2 || p.FromPool != 1 || p.Cold != 1 {
+		t.Fatalf("state pool %+v, want target 2, ready 2, one reset from the pool and one cold", p)
 	}
 	if len(st.Episodes) != 1 || st.Episodes[0].Session != recs[0].SessionID || st.Episodes[0].Reward == nil || *st.Episodes[0].Reward != 1 {
 		t.Fatalf("state episodes %+v, want the rollout's session %s with reward 1", st.Episodes, recs[0].SessionID)
@@ -366,6 +398,12 @@ func TestBrowserDashboard(t *testing.T) {
 		if got := byID(t, dom, id); got != want {
 			t.Errorf("#%s shows %q, the server says %q", id, got, want)
 		}
+	}
+	if envs := cells(t, dom, "envs"); len(envs) != 1 || envs[0][0] != "calculator_api" || envs[0][8] != "2 / 2" || envs[0][11] != "1" || envs[0][12] != "1" {
+		t.Errorf("environments table %q, want pool ready 2 / 2, 1 reset from the pool, 1 cold", envs)
+	}
+	if got := byID(t, dom, "stat-pool"); got != "2 / 2" {
+		t.Errorf("#stat-pool shows %q, want 2 / 2", got)
 	}
 	sessions := cells(t, dom, "sessions")
 	if len(sessions) != 1 || sessions[0][0] != s.ID() || sessions[0][1] != "calculator_api" || sessions[0][5] != "3" ||

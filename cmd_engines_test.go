@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -38,7 +39,7 @@ func TestServeAndRolloutOverTwoEngines(t *testing.T) {
 	}
 	engines := []string{"--docker-host", main + ",capacity=1,name=main", "--docker-host", x.Host() + ",capacity=1,name=x"}
 
-	url := startServe(t, bin, calculatorConfig, append(engines, "--engine-health-every", "200ms")...)
+	url := startServe(t, bin, calculatorConfig, append(engines, "--engine-health-every", "200ms", "--ui")...)
 	base := "http://" + strings.TrimSuffix(strings.TrimPrefix(url, "ws://"), "/v1/ws")
 	var got struct{ Engines []fleet.EngineInfo }
 	getJSON(t, base+"/v1/engines", &got)
@@ -83,6 +84,27 @@ func TestServeAndRolloutOverTwoEngines(t *testing.T) {
 	if got.Engines[1].Transfers != 1 {
 		t.Errorf("engine x: %d image transfers, want 1 (the prepared image and its base, once)", got.Engines[1].Transfers)
 	}
+	// The dashboard shows the same engines.
+	var ui struct{ Engines []fleet.EngineInfo }
+	getJSON(t, base+"/ui/api/state", &ui)
+	if len(ui.Engines) != 2 || ui.Engines[0] != got.Engines[0] || ui.Engines[1] != got.Engines[1] {
+		t.Errorf("dashboard engines %+v, /v1/engines %+v", ui.Engines, got.Engines)
+	}
+	t.Run("page", func(t *testing.T) {
+		b := startBrowser(t, chromium(t))
+		b.open(base+"/ui/", `document.getElementById("status").textContent === "live"`)
+		b.screenshot("dashboard-engines", "", 1400)
+		rows := cells(t, b.dom(), "engines")
+		if len(rows) != 2 {
+			t.Fatalf("engines table %q, want main and x", rows)
+		}
+		for i, name := range []string{"main", "x"} {
+			if r := rows[i]; r[0] != name || r[1] != "up" || r[2] != "0 / 1" || r[3] != "1" || r[4] != "0" ||
+				r[5] != strconv.FormatInt(got.Engines[i].Transfers, 10) {
+				t.Errorf("engines row %q, want %s up, 0 / 1 sessions, 1 placed, 0 downs, %d image transfers", r, name, got.Engines[i].Transfers)
+			}
+		}
+	})
 	metrics := get(t, base+"/metrics")
 	for _, want := range []string{`gymserver_engine_up{engine="x"} 1`, `gymserver_engine_sandboxes_started_total{engine="main"} 1`,
 		`gymserver_engine_sessions{engine="x"} 0`, `gymserver_engine_image_transfers_total{engine="x"} 1`} {

@@ -276,6 +276,10 @@ func (e *TaskEnv) Config() config.Environment { return e.cfg }
 // rest.
 const maxSpecTasks = 100
 
+// SandboxProvider returns the provider that makes the environment's
+// sandboxes (Options.Provider).
+func (e *TaskEnv) SandboxProvider() sandbox.Provider { return e.opts.Provider }
+
 // Spec describes the environment and its first tasks; TaskCount says how
 // many there are, and Tasks lists them page by page.
 func (e *TaskEnv) Spec() gym.EnvSpec {

@@ -188,6 +188,8 @@ type Server struct {
 	// forkers are the environments that support snapshots, by id; fork and
 	// drop_snapshot are routed through them.
 	forkers map[string]gym.Forker
+	// pools are the environments' providers that report warm pools.
+	pools []poolStater
 
 	// baseCtx is the parent of every request context; cancelled when a
 	// drain times out and at the end of Shutdown.
@@ -245,6 +247,9 @@ func New(o Options) (*Server, error) {
 		if err := s.metrics.reg.Register(c); err != nil {
 			return nil, fmt.Errorf("server: metrics: %w", err)
 		}
+	}
+	if s.pools = poolStaters(o.Registry); len(s.pools) > 0 {
+		s.metrics.reg.MustRegister(poolCollector{s})
 	}
 	if o.UI {
 		s.ui = newDashboard(s)

@@ -17,6 +17,7 @@ import (
 	"github.com/go-chi/chi/v5"
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/gymserver/gymserver/envs/sandbox"
 	"github.com/gymserver/gymserver/gym"
 )
 
@@ -214,6 +215,10 @@ type uiState struct {
 	Errors        map[string]float64      `json:"errors"`
 	Requests      map[string]float64      `json:"requests"`
 	Totals        map[string]*uiEnvTotals `json:"totals"`
+	// Engines is Options.Engines() when the server has several engines,
+	// and EnginePools their warm pools by engine name.
+	Engines     any                            `json:"engines,omitempty"`
+	EnginePools map[string]*sandbox.PoolCounts `json:"engine_pools,omitempty"`
 }
 
 // uiConn is one WebSocket connection.
@@ -245,6 +250,9 @@ type uiEnv struct {
 	ID       string `json:"id"`
 	Sessions int    `json:"sessions"`
 	Snapshot bool   `json:"snapshot"`
+	// Pool sums the environment's warm pools; nil until a reset asks
+	// for one, and without a warm pool.
+	Pool *sandbox.PoolCounts `json:"pool,omitempty"`
 }
 
 // uiEpisode is one closed session.
@@ -329,9 +337,13 @@ func (d *dashboard) state() uiState {
 		st.Connections = append(st.Connections, uiConn{Remote: c.ws.RemoteAddr().String(), Sessions: perConn[c], Inflight: c.inflight.Load()})
 	}
 	slices.SortFunc(st.Connections, func(a, b uiConn) int { return cmp.Compare(a.Remote, b.Remote) })
+	poolsByEnv, poolsByEngine := s.poolTotals()
 	for _, spec := range s.opts.Registry.Specs() {
 		_, fork := s.forkers[spec.ID]
-		st.Envs = append(st.Envs, uiEnv{ID: spec.ID, Sessions: perEnv[spec.ID], Snapshot: fork})
+		st.Envs = append(st.Envs, uiEnv{ID: spec.ID, Sessions: perEnv[spec.ID], Snapshot: fork, Pool: poolsByEnv[spec.ID]})
+	}
+	if s.opts.Engines != nil {
+		st.Engines, st.EnginePools = s.opts.Engines(), poolsByEngine
 	}
 
 	st.Steps = d.steps.Load()

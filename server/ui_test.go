@@ -12,7 +12,12 @@ import (
 	"time"
 
 	gymclient "github.com/gymserver/gymserver/clients/go"
+	"github.com/gymserver/gymserver/envs"
+	"github.com/gymserver/gymserver/envs/config"
+	"github.com/gymserver/gymserver/envs/docker"
+	"github.com/gymserver/gymserver/envs/docker/dockertest"
 	"github.com/gymserver/gymserver/gym"
+	"github.com/gymserver/gymserver/internal/waittest"
 	"github.com/gymserver/gymserver/server"
 )
 
@@ -355,4 +360,113 @@ func TestUIStalledBrowser(t *testing.T) {
 	case <-time.After(15 * time.Second):
 		t.Fatal("shutdown held up by a stalled event stream")
 	}
+}
+
+// uiPoolState is the part of /ui/api/state that shows the warm pools.
+type uiPoolState struct {
+	Envs []struct {
+		ID   string `json:"id"`
+		Pool *struct {
+			Target   int   `json:"target"`
+			Ready    int   `json:"ready"`
+			Starting int   `json:"starting"`
+			FromPool int64 `json:"from_pool"`
+			Cold     int64 `json:"cold"`
+		} `json:"pool"`
+	} `json:"envs"`
+}
+
+// TestUIStateShowsWarmPool serves the calculator_api example on a real
+// Docker provider with a warm pool of 2 and checks that the dashboard and
+// /metrics follow the pool: cold first reset, the pool filling to 2, the
+// next reset served from it.
+func TestUIStateShowsWarmPool(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs Docker")
+	}
+	p, _ := dockertest.NewWith(t, docker.Options{WarmPool: 2})
+	cfg, err := config.Load(calculatorConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg, err := envs.NewRegistry(t.Context(), cfg, envs.Options{Provider: p})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := startServer(t, server.Options{Registry: reg, UI: true, Token: "tok"}, nil)
+	env := cfg.Environments[0].ID
+	get := func() uiPoolState {
+		t.Helper()
+		var st uiPoolState
+		req, _ := http.NewRequest("GET", "http://"+ts.addr+"/ui/api/state", nil)
+		req.Header.Set("Authorization", "Bearer tok")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		if err := json.NewDecoder(resp.Body).Decode(&st); err != nil || len(st.Envs) != 1 || st.Envs[0].ID != env {
+			t.Fatalf("state: %+v, %v; want environment %s", st, err, env)
+		}
+		return st
+	}
+	pool := func() uiPoolState {
+		t.Helper()
+		st := get()
+		if st.Envs[0].Pool == nil {
+			t.Fatalf("state: %+v; want the pool of %s", st, env)
+		}
+		return st
+	}
+	if got := get().Envs[0].Pool; got != nil {
+		t.Fatalf("pool before any reset: %+v, want none yet", got)
+	}
+
+	ctx := t.Context()
+	c := dial(t, ts, gymclient.Options{Token: "tok"})
+	s1, _, err := c.Reset(ctx, env, gym.ResetRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s1.Close(context.WithoutCancel(ctx))
+	waittest.For(t, "the warm pool to hold 2 ready sandboxes", 3*time.Minute, func() bool {
+		return pool().Envs[0].Pool.Ready == 2
+	})
+	if got := *pool().Envs[0].Pool; got.Target != 2 || got.Cold != 1 || got.FromPool != 0 {
+		t.Errorf("pool after a cold reset: %+v, want target 2, cold 1, from_pool 0", got)
+	}
+
+	s2, _, err := c.Reset(ctx, env, gym.ResetRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s2.Close(context.WithoutCancel(ctx))
+	got := *pool().Envs[0].Pool
+	if got.FromPool != 1 || got.Cold != 1 || got.Ready+got.Starting > 2 {
+		t.Errorf("pool after a pooled reset: %+v, want from_pool 1, cold 1", got)
+	}
+	// The session it got works.
+	res, err := s2.Step(ctx, gym.Action{ToolCalls: []gym.ToolCall{tc("c", gym.ToolExecuteCommand, `{"command":"echo pooled"}`)}})
+	if err != nil || !strings.Contains(res.Observation.Text, "pooled") {
+		t.Fatalf("step in the pooled session: %+v, %v", res, err)
+	}
+
+	resp, err := http.Get("http://" + ts.addr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, want := range []string{
+		`gymserver_pool_target{env="` + env + `"} 2`,
+		`gymserver_pool_resets_total{env="` + env + `",source="pool"} 1`,
+		`gymserver_pool_resets_total{env="` + env + `",source="cold"} 1`,
+	} {
+		if !strings.Contains(string(body), want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
+	waittest.For(t, "the warm pool to refill to 2", 3*time.Minute, func() bool {
+		return pool().Envs[0].Pool.Ready == 2
+	})
 }

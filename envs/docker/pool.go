@@ -1,11 +1,15 @@
 package docker
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"maps"
+	"slices"
+	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/gymserver/gymserver/envs/sandbox"
@@ -234,4 +238,64 @@ func (p *Provider) Created(spec sandbox.Spec) int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return len(p.created[key])
+}
+
+// poolCount counts what one pool served; its envs are guarded by the
+// provider's mu.
+type poolCount struct {
+	image    string
+	envs     map[string]bool
+	fromPool atomic.Int64
+	coldN    atomic.Int64
+}
+
+// cold counts s, started for the request, when err is nil, and returns
+// both.
+func (c *poolCount) cold(s *Sandbox, err error) (sandbox.Sandbox, error) {
+	if err != nil {
+		return nil, err
+	}
+	c.coldN.Add(1)
+	return s, nil
+}
+
+// countFor returns the counters of the pool key, noting the environment
+// of spec (its task label is "env/task").
+func (p *Provider) countFor(key string, spec sandbox.Spec) *poolCount {
+	env, _, _ := strings.Cut(spec.Labels[sandbox.LabelTask], "/")
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.counts == nil {
+		p.counts = map[string]*poolCount{}
+	}
+	c := p.counts[key]
+	if c == nil {
+		c = &poolCount{image: spec.Image, envs: map[string]bool{}}
+		p.counts[key] = c
+	}
+	if env != "" {
+		c.envs[env] = true
+	}
+	return c
+}
+
+// PoolStats returns the state of every pool a Create asked for, sorted by
+// image; none without Options.WarmPool (Create counts nothing then).
+func (p *Provider) PoolStats() sandbox.PoolStats {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	st := sandbox.PoolStats{Pools: []sandbox.Pool{}}
+	for key, c := range p.counts {
+		st.Pools = append(st.Pools, sandbox.Pool{
+			Image: c.image, Envs: slices.Sorted(maps.Keys(c.envs)),
+			PoolCounts: sandbox.PoolCounts{
+				Target: p.opts.WarmPool, Ready: len(p.pool[key]), Starting: p.filling[key], Created: len(p.created[key]),
+				FromPool: c.fromPool.Load(), Cold: c.coldN.Load(),
+			},
+		})
+	}
+	slices.SortFunc(st.Pools, func(a, b sandbox.Pool) int {
+		return cmp.Or(cmp.Compare(a.Image, b.Image), slices.Compare(a.Envs, b.Envs))
+	})
+	return st
 }

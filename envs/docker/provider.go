@@ -156,6 +156,8 @@ type Provider struct {
 	// Options.CreatedPool); creating counts the creates in flight.
 	created  map[string][]*Sandbox
 	creating map[string]int
+	// counts are the counters of each pool by poolKey (see PoolStats).
+	counts map[string]*poolCount
 	// snapshots are the images Commit made, removed on Close; dropped
 	// are those DropImage could not remove yet because a sandbox uses them.
 	snapshots map[string]bool

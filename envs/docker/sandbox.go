@@ -73,21 +73,23 @@ func (p *Provider) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sandb
 		return p.create(ctx, spec)
 	}
 	key := poolKey(spec)
+	count := p.countFor(key, spec)
 	// Whether or not this call is served from the pool, the pool is
 	// topped up for the next one.
 	defer p.refill(key, spec)
 	if !inWorkDir(spec.WorkDir, spec.Files) {
 		// The agent cannot write there: the files go in before start.
-		return p.create(ctx, spec)
+		return count.cold(p.create(ctx, spec))
 	}
 	for {
 		s := p.takePooled(key)
 		if s == nil {
-			return p.create(ctx, spec)
+			return count.cold(p.create(ctx, spec))
 		}
 		err := s.writeStarter(ctx, spec.WorkDir, spec.Files)
 		if err == nil {
 			s.files = filePaths(spec.Files)
+			count.fromPool.Add(1)
 			return s, nil
 		}
 		// A broken pooled sandbox goes; the next one or a new one serves.

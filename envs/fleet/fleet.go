@@ -692,3 +692,16 @@ func EngineOf(sb sandbox.Sandbox) string {
 	}
 	return ""
 }
+
+// PoolStats returns the warm pools of every engine, each with its
+// engine's name, in the engines' order.
+func (f *Fleet) PoolStats() sandbox.PoolStats {
+	st := sandbox.PoolStats{Pools: []sandbox.Pool{}}
+	for _, e := range f.engines {
+		for _, pool := range e.p.PoolStats().Pools {
+			pool.Engine = e.name
+			st.Pools = append(st.Pools, pool)
+		}
+	}
+	return st
+}

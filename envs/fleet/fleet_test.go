@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -223,6 +224,17 @@ func TestFleetAcrossEngines(t *testing.T) {
 		t.Logf("engine %s: image transfer %d bytes in %.1fs", name, in.TransferBytes, in.TransferSeconds)
 	}
 	t.Logf("first reset (main engine) %.2fs; three resets with two image transfers %.1fs", first.Seconds(), took.Seconds())
+	// Each engine has a pool of its own for the spec, which counted that
+	// engine's one reset.
+	pools := r.f.PoolStats().Pools
+	if len(pools) != 3 {
+		t.Fatalf("pools %+v, want one on each engine", pools)
+	}
+	for i, name := range []string{"main", "a", "b"} {
+		if p := pools[i]; p.Engine != name || p.Target != 1 || p.Cold+p.FromPool != 1 || !slices.Equal(p.Envs, []string{e.Config().ID}) {
+			t.Errorf("pool %d: %+v, want engine %s's, of target 1, one reset of %s", i, p, name, e.Config().ID)
+		}
+	}
 
 	// A committed snapshot of the session on a, forked: the fork is on a
 	// even though a is not the least loaded engine now (main 1, a 1, b 1:
