@@ -9,7 +9,9 @@ import (
 	"fmt"
 	"io"
 	"path/filepath"
+	"regexp"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -260,12 +262,13 @@ func (st *episodeStats) report(b *testing.B, way string) {
 // gymserver (no warm pool) start together, then P through the plain Docker
 // API baseline, so that both see the same load on a shared machine. It
 // reports, for each way, episodes per minute (episodes over the rounds'
-// wall time), the p50 of one episode and the p50 of its evaluation.
+// wall time), the p50 of one episode and the p50 of its evaluation. At
+// P = 8 the two CPUs of the CI machine are saturated.
 func BenchmarkEpisode(b *testing.B) {
 	p, cli := dockertest.NewWith(b, docker.Options{})
 	e, ec, calls := calculatorEnv(b, p)
 	task := newAPITask(b, ec)
-	for _, par := range []int{1, 4} {
+	for _, par := range []int{1, 4, 8} {
 		b.Run(fmt.Sprintf("P=%d", par), func(b *testing.B) {
 			ctx := context.Background()
 			var ours, base episodeStats
@@ -393,10 +396,13 @@ func (p *timedProvider) Create(ctx context.Context, spec sandbox.Spec) (sandbox.
 // (the executor's kill after the command, the report read back, the
 // transport), the kill after the command, and what is left (planning,
 // parsing). The pytest_phases sub-benchmark splits the pytest process in
-// the same sandbox: the interpreter's start, importing pytest, pytest's
-// start with its plugins, collection; and pytest's start with no bytecode
-// cache (PYTHONPYCACHEPREFIX points nowhere), as the base image was
-// before it had one. Each iteration also runs the baseline's episode and
+// the same sandbox, each probe's wall time and its CPU time (user plus
+// system, which a loaded machine inflates far less): the interpreter's
+// start, importing pytest, pytest's start with its plugins, the same with
+// no entry-point scan (PYTEST_DISABLE_PLUGIN_AUTOLOAD), the same with no
+// bytecode cache (PYTHONPYCACHEPREFIX points nowhere) as the base image
+// was before it had one, the imports of the reference app.py, collection,
+// and the whole run. Each iteration also runs the baseline's episode and
 // reports its evaluation beside ours. Sessions start and end off the
 // clock.
 func BenchmarkEvaluate(b *testing.B) {
@@ -482,29 +488,67 @@ func BenchmarkEvaluate(b *testing.B) {
 		if _, err := s.Evaluate(ctx); err != nil { // installs the tests
 			b.Fatal(err)
 		}
+		noAutoload := "PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 "
 		probes := []struct{ name, cmd string }{
 			{"python", "python3 -c pass"},
 			{"import_pytest", "python3 -c 'import pytest'"},
 			{"pytest_start", "python3 -m pytest --version"},
+			{"pytest_start_no_autoload", noAutoload + "python3 -m pytest --version"},
 			{"pytest_start_no_bytecode", "PYTHONPYCACHEPREFIX=/nonexistent python3 -m pytest --version"},
+			{"app_import", "python3 -c 'import http.server, json, functools'"},
 			{"collect", "python3 -m pytest -p no:cacheprovider --collect-only -q tests/"},
 			{"run", "python3 -m pytest -p no:cacheprovider -q tests/"},
 		}
 		lat := make([][]time.Duration, len(probes))
+		cpu := make([][]time.Duration, len(probes))
 		for range b.N {
 			for i, pr := range probes {
-				r, err := sb.Exec(ctx, sandbox.ExecRequest{Argv: []string{"/bin/sh", "-c", pr.cmd}, Dir: ec.WorkingDirectory,
-					Env: []string{"PYTHONDONTWRITEBYTECODE=1", "PYTHONSAFEPATH=1", "PYTHONNOUSERSITE=1"}, Timeout: time.Minute})
+				// The shell's times builtin prints, last, the CPU time
+				// of its children: the probe's own, which the machine's
+				// load does not inflate the way it does the wall time.
+				r, err := sb.Exec(ctx, sandbox.ExecRequest{Argv: []string{"/bin/sh", "-c", pr.cmd + "; rc=$?; times >&2; exit $rc"},
+					Dir: ec.WorkingDirectory, Env: []string{"PYTHONDONTWRITEBYTECODE=1", "PYTHONSAFEPATH=1", "PYTHONNOUSERSITE=1"},
+					Timeout: time.Minute})
 				if err != nil || r.ExitCode != 0 {
 					b.Fatalf("%s: exit %d %s %s %v", pr.cmd, r.ExitCode, r.Stdout, r.Stderr, err)
 				}
+				c, err := childCPU(r.Stderr)
+				if err != nil {
+					b.Fatalf("%s: %v", pr.cmd, err)
+				}
 				lat[i] = append(lat[i], r.Duration)
+				cpu[i] = append(cpu[i], c)
 			}
 		}
 		for i, pr := range probes {
 			b.ReportMetric(ms(percentile(lat[i], 50)), pr.name+"_p50_ms")
+			b.ReportMetric(ms(percentile(cpu[i], 50)), pr.name+"_cpu_p50_ms")
 		}
 	})
+}
+
+// timesLine matches a line of the shell's times builtin: user and system
+// time, as in "0m0.250000s 0m0.070000s".
+var timesLine = regexp.MustCompile(`^(\d+)m([\d.]+)s (\d+)m([\d.]+)s$`)
+
+// childCPU returns the user plus system time of the last line of the
+// times builtin's output at the end of stderr: the shell's children.
+func childCPU(stderr []byte) (time.Duration, error) {
+	lines := strings.Split(strings.TrimSpace(string(stderr)), "\n")
+	m := timesLine.FindStringSubmatch(strings.TrimSpace(lines[len(lines)-1]))
+	if m == nil {
+		return 0, fmt.Errorf("no times line at the end of %q", stderr)
+	}
+	var total time.Duration
+	for _, i := range []int{1, 3} {
+		min, err1 := strconv.Atoi(m[i])
+		sec, err2 := strconv.ParseFloat(m[i+1], 64)
+		if err := errors.Join(err1, err2); err != nil {
+			return 0, fmt.Errorf("times line %q: %w", m[0], err)
+		}
+		total += time.Duration(min)*time.Minute + time.Duration(sec*float64(time.Second))
+	}
+	return total, nil
 }
 
 func percentile(d []time.Duration, p int) time.Duration {

@@ -128,6 +128,7 @@ func (t *task) newTestRun() *testRun {
 	if err := guardTmpl.Execute(&buf, map[string]any{
 		"Roots": pyList(roots), "WorkDir": pyString(t.cfg.WorkingDirectory), "Canary": pyString(canary),
 		"Token": pyString(run.token), "Sealed": pyBool(len(t.cfg.Services) > 0),
+		"PythonPath": pyList(pythonPath(t.cfg)),
 	}); err != nil {
 		panic(err) // the template is ours
 	}
@@ -146,13 +147,29 @@ func (t *task) hiddenDir(r string) bool {
 	return false
 }
 
+// pythonPath returns the non-empty entries of the environment's
+// PYTHONPATH setting.
+func pythonPath(cfg config.Environment) []string {
+	var dirs []string
+	for _, d := range strings.Split(cfg.EnvironmentVariables["PYTHONPATH"], ":") {
+		if d != "" {
+			dirs = append(dirs, d)
+		}
+	}
+	return dirs
+}
+
 // env is the environment of a test command. For pytest: the JUnit report
 // goes to the report pipe, settings come from the run's ini file, conftest
 // files only from confcutdir down, the guard plugin is loaded first, no
 // user site-packages and no cache. Python does not put the working
-// directory first on sys.path (PYTHONSAFEPATH), so a pytest.py or
-// sitecustomize.py the agent wrote cannot stand in for the real ones;
-// pytest adds the working directory itself once it runs (its pythonpath
+// directory first on sys.path (PYTHONSAFEPATH), and PYTHONPATH is the
+// run's directory alone, so a pytest.py or sitecustomize.py the agent
+// wrote, in the working directory or in a directory of the environment's
+// PYTHONPATH, cannot stand in for the real ones, nor can a plugin of
+// theirs be loaded by its entry point; once pytest has loaded its plugins,
+// the guard puts the environment's PYTHONPATH back (sys.path and the
+// variable) and pytest adds the working directory (its pythonpath
 // setting), so the tests still import the agent's modules. Other commands
 // get the same settings without the report, the guard and the canary: a
 // pytest they run inside still ignores the agent's ini and conftest files.
@@ -165,11 +182,7 @@ func (run *testRun) env(cfg config.Environment, pytest bool) []string {
 	env := []string{"PYTHONNOUSERSITE=1", "PYTHONSAFEPATH=1", "PYTHONDONTWRITEBYTECODE=1"}
 	if pytest {
 		opts = append(opts, "-rA", "--junitxml=/dev/fd/3", "-p", "gymserver_guard")
-		pythonPath := run.dir
-		if prev := cfg.EnvironmentVariables["PYTHONPATH"]; prev != "" {
-			pythonPath += ":" + prev
-		}
-		env = append(env, "PYTHONPATH="+pythonPath)
+		env = append(env, "PYTHONPATH="+run.dir)
 	}
 	if prev := cfg.EnvironmentVariables["PYTEST_ADDOPTS"]; prev != "" {
 		opts = append([]string{prev}, opts...)
