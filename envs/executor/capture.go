@@ -1,5 +1,17 @@
 package executor
 
+import (
+	"errors"
+	"fmt"
+	"os"
+	"syscall"
+	"time"
+)
+
+// captureWriteDelay slows every write to a capture; only an in-package test
+// sets it, to stand for a starved reader in a loaded sandbox.
+var captureWriteDelay time.Duration
+
 // capture keeps the first and last halves of what is written to it, up to
 // max bytes in all, and counts what it drops in between. Memory stays
 // bounded however much is written.
@@ -16,6 +28,9 @@ func newCapture(max int) *capture {
 }
 
 func (c *capture) Write(p []byte) (int, error) {
+	if captureWriteDelay > 0 {
+		time.Sleep(captureWriteDelay)
+	}
 	n := len(p)
 	c.total += int64(n)
 	headCap := c.max / 2
@@ -55,4 +70,104 @@ func (c *capture) bytes() ([]byte, int64) {
 	out = append(out, c.tail[c.tailPos:]...)
 	out = append(out, c.tail[:c.tailPos]...)
 	return out, c.total - int64(len(out))
+}
+
+// outputPipe carries one output stream of a command into a capture. The
+// executor owns the pipe (no os/exec copying goroutine with its own
+// deadline): the command gets the write end, a goroutine reads the read end
+// until end of file, and finish decides how long to wait for that end.
+type outputPipe struct {
+	r, w *os.File
+	c    *capture
+	done chan struct{}
+}
+
+// pipeDrainMax bounds what finish takes from a pipe after the deadline: a
+// pipe holds at most 1 MiB by default (/proc/sys/fs/pipe-max-size), and a
+// holder that keeps writing must not keep finish reading.
+const pipeDrainMax = 1 << 20
+
+func newOutputPipe(c *capture) (*outputPipe, error) {
+	r, w, err := os.Pipe()
+	if err != nil {
+		return nil, fmt.Errorf("output pipe: %w", err)
+	}
+	return &outputPipe{r: r, w: w, c: c, done: make(chan struct{})}, nil
+}
+
+// start closes the executor's copy of the write end, once the command has
+// its own, and starts reading.
+func (p *outputPipe) start() {
+	p.w.Close()
+	go func() {
+		defer close(p.done)
+		buf := make([]byte, 32<<10)
+		for {
+			n, err := p.r.Read(buf)
+			if n > 0 {
+				p.c.Write(buf[:n])
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+}
+
+// finish waits for the pipe's end of file until limit, once the command
+// has exited. If a process left behind still holds the write end, it stops
+// the reader, takes what is already in the pipe without waiting, and
+// reports cut. It closes the pipe either way.
+func (p *outputPipe) finish(limit time.Time) (cut bool, err error) {
+	defer p.r.Close()
+	t := time.NewTimer(time.Until(limit))
+	defer t.Stop()
+	select {
+	case <-p.done:
+		return false, nil
+	case <-t.C:
+	}
+	// The reader ends at its next read (a write in hand completes first).
+	if err := p.r.SetReadDeadline(time.Now()); err != nil {
+		<-p.done
+		return true, fmt.Errorf("stop output reader: %w", err)
+	}
+	<-p.done
+	// A raw read checks no deadline only once the deadline is cleared.
+	if err := p.r.SetReadDeadline(time.Time{}); err != nil {
+		return true, fmt.Errorf("clear output deadline: %w", err)
+	}
+	rc, err := p.r.SyscallConn()
+	if err != nil {
+		return true, fmt.Errorf("output pipe: %w", err)
+	}
+	buf := make([]byte, 32<<10)
+	var readErr error
+	err = rc.Read(func(fd uintptr) bool {
+		for taken := 0; taken < pipeDrainMax; {
+			n, err := syscall.Read(int(fd), buf)
+			switch {
+			case n > 0:
+				p.c.Write(buf[:n])
+				taken += n
+			case err == syscall.EINTR:
+			case err == nil || err == syscall.EAGAIN:
+				return true // end of file, or nothing more buffered
+			default:
+				readErr = err
+				return true
+			}
+		}
+		return true
+	})
+	if err = errors.Join(err, readErr); err != nil {
+		return true, fmt.Errorf("drain output pipe: %w", err)
+	}
+	return true, nil
+}
+
+// close releases both ends, for a command that did not start.
+func (p *outputPipe) close() {
+	p.w.Close()
+	p.r.Close()
 }

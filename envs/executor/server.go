@@ -293,10 +293,10 @@ func (s *server) exec(ctx context.Context, req request) response {
 		return response{ID: req.ID, PID: pid, ExitCode: -1}
 	}
 	stdout, stderr := newCapture(maxOut), newCapture(maxOut)
-	cmd.Stdout, cmd.Stderr = stdout, stderr
 	if req.Stdin != nil {
 		cmd.Stdin = bytes.NewReader(req.Stdin)
 	}
+	// Bounds only the stdin copy now: the output pipes are ours.
 	cmd.WaitDelay = waitDelay
 
 	cctx, stop := s.commandContext(ctx, req)
@@ -312,13 +312,28 @@ func (s *server) exec(ctx context.Context, req request) response {
 		cmd.ExtraFiles = []*os.File{rep.w}
 	}
 
+	outPipe, err := newOutputPipe(stdout)
+	if err != nil {
+		return response{ID: req.ID, ErrKind: kindOther, Err: err.Error()}
+	}
+	errPipe, err := newOutputPipe(stderr)
+	if err != nil {
+		outPipe.close()
+		return response{ID: req.ID, ErrKind: kindOther, Err: err.Error()}
+	}
+	cmd.Stdout, cmd.Stderr = outPipe.w, errPipe.w
+
 	oomBefore := oomKills()
 	start := time.Now()
 	if err := cmd.Start(); err != nil {
+		outPipe.close()
+		errPipe.close()
 		return response{ID: req.ID, ErrKind: startKind(err), Err: err.Error()}
 	}
 	pid := cmd.Process.Pid
 	s.started(pid)
+	outPipe.start()
+	errPipe.start()
 	if rep != nil {
 		rep.started()
 	}
@@ -334,6 +349,25 @@ func (s *server) exec(ctx context.Context, req request) response {
 		<-done
 	}
 	dur := time.Since(start)
+	// Output written before the exit is all in the pipes by now; a process
+	// left behind (`server &`) may hold them open: it is given waitDelay.
+	limit := time.Now().Add(waitDelay)
+	var pipeErrs []error
+	for _, p := range []struct {
+		name string
+		pipe *outputPipe
+	}{{"stdout", outPipe}, {"stderr", errPipe}} {
+		cut, err := p.pipe.finish(limit)
+		if err != nil {
+			pipeErrs = append(pipeErrs, fmt.Errorf("read %s: %w", p.name, err))
+		}
+		if cut {
+			s.log.Debug("output pipe still held after the command exited", "stream", p.name, "argv0", req.Argv[0])
+		}
+	}
+	if err := errors.Join(pipeErrs...); err != nil {
+		return response{ID: req.ID, ErrKind: kindOther, Err: err.Error()}
+	}
 	resp := response{ID: req.ID, DurationNS: dur.Nanoseconds(), ExitCode: -1}
 	if st, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); ok {
 		switch {
