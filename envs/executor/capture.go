@@ -137,9 +137,19 @@ func (p *outputPipe) finish(limit time.Time) (cut bool, err error) {
 	if err := p.r.SetReadDeadline(time.Time{}); err != nil {
 		return true, fmt.Errorf("clear output deadline: %w", err)
 	}
-	rc, err := p.r.SyscallConn()
+	if err := drainBuffered(p.r, func(b []byte) { p.c.Write(b) }); err != nil {
+		return true, err
+	}
+	return true, nil
+}
+
+// drainBuffered passes to write what is in pipe f now, without waiting for
+// more, up to pipeDrainMax bytes. No reader may be running on f, and f's
+// read deadline must be clear.
+func drainBuffered(f *os.File, write func([]byte)) error {
+	rc, err := f.SyscallConn()
 	if err != nil {
-		return true, fmt.Errorf("output pipe: %w", err)
+		return fmt.Errorf("drain pipe: %w", err)
 	}
 	buf := make([]byte, 32<<10)
 	var readErr error
@@ -148,7 +158,7 @@ func (p *outputPipe) finish(limit time.Time) (cut bool, err error) {
 			n, err := syscall.Read(int(fd), buf)
 			switch {
 			case n > 0:
-				p.c.Write(buf[:n])
+				write(buf[:n])
 				taken += n
 			case err == syscall.EINTR:
 			case err == nil || err == syscall.EAGAIN:
@@ -161,9 +171,9 @@ func (p *outputPipe) finish(limit time.Time) (cut bool, err error) {
 		return true
 	})
 	if err = errors.Join(err, readErr); err != nil {
-		return true, fmt.Errorf("drain output pipe: %w", err)
+		return fmt.Errorf("drain pipe: %w", err)
 	}
-	return true, nil
+	return nil
 }
 
 // close releases both ends, for a command that did not start.

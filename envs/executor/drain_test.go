@@ -77,3 +77,44 @@ func TestBackgroundHolderDoesNotHoldCall(t *testing.T) {
 		t.Errorf("exec took %v, want about waitDelay (%v)", took, waitDelay)
 	}
 }
+
+func TestShellExitKeepsOutput(t *testing.T) {
+	// A command that ends the persistent shell (`exit`): what it wrote
+	// before must all arrive, slow consumer or not, with the shell's status.
+	slowCapture(t, 100*time.Millisecond)
+	s := testServer(t)
+	t.Cleanup(s.closeShell)
+	script := "i=0; while [ $i -lt 8 ]; do head -c 4096 /dev/zero | tr '\\0' o; echo e >&2; i=$((i+1)); done; exit 3"
+	resp := s.shellExec(t.Context(), request{ID: 1, Argv: []string{script}, Shell: true})
+	if resp.Err != "" || resp.ExitCode != 3 {
+		t.Fatalf("exec: exit %d, err %q", resp.ExitCode, resp.Err)
+	}
+	if want := bytes.Repeat([]byte("o"), 8*4096); !bytes.Equal(resp.Stdout, want) {
+		t.Errorf("stdout: got %d bytes, want %d", len(resp.Stdout), len(want))
+	}
+	if want := bytes.Repeat([]byte("e\n"), 8); !bytes.Equal(resp.Stderr, want) {
+		t.Errorf("stderr: got %q, want %q", resp.Stderr, want)
+	}
+}
+
+func TestShellExitWithHolder(t *testing.T) {
+	// The command leaves a process holding the shell's pipes and ends the
+	// shell: the call returns about waitDelay later with the output and
+	// the shell's status, not when the holder ends.
+	slowCapture(t, 100*time.Millisecond)
+	s := testServer(t)
+	t.Cleanup(s.closeShell)
+	start := time.Now()
+	resp := s.shellExec(t.Context(), request{ID: 1, Argv: []string{"echo a; echo b >&2; sleep 10 & exit 4"}, Shell: true})
+	took := time.Since(start)
+	if resp.Err != "" || resp.ExitCode != 4 {
+		t.Fatalf("exec: exit %d, err %q", resp.ExitCode, resp.Err)
+	}
+	if string(resp.Stdout) != "a\n" || string(resp.Stderr) != "b\n" {
+		t.Errorf("stdout %q, stderr %q", resp.Stdout, resp.Stderr)
+	}
+	if took > waitDelay+2*time.Second {
+		t.Errorf("exec took %v: it waited for the holder", took)
+	}
+	t.Logf("exec took %v", took)
+}

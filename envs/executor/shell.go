@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"strconv"
@@ -58,6 +59,8 @@ type shell struct {
 	exited  chan struct{}
 	state   *os.ProcessState
 	readers sync.WaitGroup
+	// readDone is closed when both readers have returned.
+	readDone chan struct{}
 }
 
 // shellPath is the shell to start: bash where the image has it.
@@ -106,7 +109,7 @@ func (s *server) startShell(dir string) (*shell, error) {
 		return nil, err
 	}
 	sh := &shell{cmd: cmd, pid: cmd.Process.Pid, in: inW, out: outR, err: errR,
-		chunks: make(chan shellChunk, 64), exited: make(chan struct{})}
+		chunks: make(chan shellChunk, 64), exited: make(chan struct{}), readDone: make(chan struct{})}
 	s.started(sh.pid)
 	go func() {
 		sh.state, _ = cmd.Process.Wait()
@@ -119,6 +122,10 @@ func (s *server) startShell(dir string) (*shell, error) {
 			sh.read(i+1, f)
 		}()
 	}
+	go func() {
+		sh.readers.Wait()
+		close(sh.readDone)
+	}()
 	return sh, nil
 }
 
@@ -157,17 +164,12 @@ func (sh *shell) stop() {
 	sh.in.Close()
 	<-sh.exited
 	// Drain while the readers finish, so none blocks on a full channel.
-	done := make(chan struct{})
-	go func() {
-		sh.readers.Wait()
-		close(done)
-	}()
 	closed := false
 	for {
 		select {
 		case <-sh.chunks:
 			continue
-		case <-done:
+		case <-sh.readDone:
 			if !closed {
 				closeFiles(sh.out, sh.err)
 			}
@@ -180,6 +182,50 @@ func (sh *shell) stop() {
 			}
 		}
 	}
+}
+
+// takeChunks passes to feed every chunk already in the channel.
+func (sh *shell) takeChunks(feed func(shellChunk)) {
+	for {
+		select {
+		case c := <-sh.chunks:
+			feed(c)
+		default:
+			return
+		}
+	}
+}
+
+// takeOutput stops the readers of a shell that is being given up and
+// passes to feed everything the shell's pipes hold: the chunks read and
+// what is still buffered, in order. A process left behind may keep the
+// pipes open; what it writes later is nobody's.
+func (sh *shell) takeOutput(feed func(shellChunk)) error {
+	now := time.Now()
+	// A reader ends at its next read, a chunk in hand is sent first.
+	err := errors.Join(sh.out.SetReadDeadline(now), sh.err.SetReadDeadline(now))
+	for done := false; !done; {
+		select {
+		case c := <-sh.chunks:
+			feed(c)
+		case <-sh.readDone:
+			done = true
+		}
+	}
+	sh.takeChunks(feed)
+	if err != nil {
+		return fmt.Errorf("stop shell readers: %w", err)
+	}
+	for i, f := range []*os.File{sh.out, sh.err} {
+		if err := f.SetReadDeadline(time.Time{}); err != nil {
+			return fmt.Errorf("clear shell deadline: %w", err)
+		}
+		stream := i + 1
+		if err := drainBuffered(f, func(b []byte) { feed(shellChunk{stream, bytes.Clone(b)}) }); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // killChildren kills every process below the shell, each child with its
@@ -303,24 +349,35 @@ func (s *server) shellExec(ctx context.Context, req request) response {
 	if _, err := sh.in.Write([]byte(script)); err != nil && sh.alive() {
 		return response{ID: req.ID, ErrKind: kindOther, Err: "write to the shell: " + err.Error()}
 	}
+	feed := func(c shellChunk) {
+		if c.stream == 1 {
+			outScan.feed(c.data)
+		} else {
+			errScan.feed(c.data)
+		}
+	}
 	var killed, gone bool
 	var grace <-chan time.Time
 	exited := sh.exited
 	for !(outScan.found && errScan.found) && !gone {
 		select {
 		case c := <-sh.chunks:
-			if c.stream == 1 {
-				outScan.feed(c.data)
-			} else {
-				errScan.feed(c.data)
-			}
+			feed(c)
 		case <-exited:
 			// The command ended the shell (exit, exec) or KillAll did:
-			// take what it wrote, for a moment, then report the shell's
+			// take what it wrote, to the pipes' end or for waitDelay if
+			// a process left behind holds them, then report the shell's
 			// status.
 			exited = nil
-			grace = time.After(50 * time.Millisecond)
+			grace = time.After(waitDelay)
+		case <-sh.readDone:
+			// Both pipes ended: every chunk is in the channel.
+			sh.takeChunks(feed)
+			gone = true
 		case <-grace:
+			if err := sh.takeOutput(feed); err != nil {
+				s.log.Warn("shell output", "err", err)
+			}
 			gone = true
 		case <-cctx.Done():
 			if !killed {
