@@ -369,14 +369,7 @@ func (s *server) exec(ctx context.Context, req request) response {
 		return response{ID: req.ID, ErrKind: kindOther, Err: err.Error()}
 	}
 	resp := response{ID: req.ID, DurationNS: dur.Nanoseconds(), ExitCode: -1}
-	if st, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); ok {
-		switch {
-		case st.Exited():
-			resp.ExitCode = st.ExitStatus()
-		case st.Signaled():
-			resp.Signal = signalName(st.Signal())
-		}
-	}
+	resp.setStatus(cmd.ProcessState)
 	if killed {
 		resp.ExitCode = -1
 		if resp.Signal == "" {
@@ -402,6 +395,21 @@ func (s *server) exec(ctx context.Context, req request) response {
 		resp.Report, resp.ReportDropped = data, dropped
 	}
 	return resp
+}
+
+// setStatus records how a process ended: its exit code, or the signal
+// that ended it.
+func (r *response) setStatus(st *os.ProcessState) {
+	ws, ok := st.Sys().(syscall.WaitStatus)
+	if !ok {
+		return
+	}
+	switch {
+	case ws.Exited():
+		r.ExitCode = ws.ExitStatus()
+	case ws.Signaled():
+		r.Signal = signalName(ws.Signal())
+	}
 }
 
 // commandContext is the context of exec request req: it ends with ctx,

@@ -404,14 +404,7 @@ func (s *server) shellExec(ctx context.Context, req request) response {
 		sh.stop()
 		s.sh = nil
 		if st := sh.state; st != nil && !killed {
-			if ws, ok := st.Sys().(syscall.WaitStatus); ok {
-				switch {
-				case ws.Exited():
-					resp.ExitCode = ws.ExitStatus()
-				case ws.Signaled():
-					resp.Signal = signalName(ws.Signal())
-				}
-			}
+			resp.setStatus(st)
 		}
 	}
 	if killed {
