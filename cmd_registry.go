@@ -94,6 +94,7 @@ func dockerOptions(logger *slog.Logger, opts loadOptions) (docker.Options, error
 		ExecutorArgs:   []string{executorCommand},
 		Logger:         logger,
 		WarmPool:       opts.WarmPool,
+		CreatedPool:    opts.CreatedPool,
 		OrphanAfter:    opts.OrphanAfter,
 		// Caps on the image cache; see docker.Options.
 		ImageCacheMaxImages: opts.Caches.maxImages,
@@ -117,6 +118,9 @@ type loadOptions struct {
 	// WarmPool is the number of started sandboxes kept ready per
 	// environment (0: none); see docker.Options.WarmPool.
 	WarmPool int
+	// CreatedPool is the number of containers created but not started
+	// kept per environment (0: none); see docker.Options.CreatedPool.
+	CreatedPool int
 	// OrphanAfter is how long a sandbox outlives the stream of its
 	// executor (0: docker.DefaultOrphanAfter, negative: forever); see
 	// docker.Options.OrphanAfter.

@@ -44,6 +44,7 @@ type rolloutFlags struct {
 	sampleSeed             int64
 	tasks                  string
 	warmPool               int
+	createdPool            int
 	orphanAfter            time.Duration
 	noJanitor              bool
 	janitorLog             string
@@ -136,6 +137,7 @@ func rolloutWith(ctx context.Context, args []string, stdout, stderr io.Writer, l
 	fs.Int64Var(&f.sampleSeed, "sample-seed", 0, "seed of the --tasks-per-env sample (default: rollout_config.sample_seed)")
 	fs.StringVar(&f.tasks, "tasks", "", "run only the tasks whose ENV/TASK id matches this regular expression (default: rollout_config.task_filter)")
 	fs.IntVar(&f.warmPool, "warm-pool", 0, "started sandboxes kept ready per environment, so episodes start at once (in process only)")
+	fs.IntVar(&f.createdPool, "created-pool", 0, "containers created but not started kept per environment, so a start the warm pool does not serve skips the create (in process only)")
 	f.caches.register(fs)
 	f.engines.register(fs)
 	fs.DurationVar(&f.orphanAfter, "orphan-after", docker.DefaultOrphanAfter, "an image-preparing container whose executor stream is gone (e.g. this process was killed) removes itself after this long (a sandbox goes at once); 0: never (in process only)")
@@ -166,6 +168,9 @@ func rolloutWith(ctx context.Context, args []string, stdout, stderr io.Writer, l
 	}
 	if f.warmPool < 0 {
 		return fail(2, "--warm-pool must not be negative")
+	}
+	if f.createdPool < 0 {
+		return fail(2, "--created-pool must not be negative")
 	}
 	if err := checkEngines(&f.engines); err != nil {
 		return fail(2, "%v", err)
@@ -281,6 +286,7 @@ func rolloutWith(ctx context.Context, args []string, stdout, stderr io.Writer, l
 	} else {
 		reg, closeFn, err := load(ctx, cfg, logger, loadOptions{
 			WarmPool:    f.warmPool,
+			CreatedPool: f.createdPool,
 			OrphanAfter: orphanAfterOption(f.orphanAfter),
 			Janitor:     !f.noJanitor,
 			JanitorLog:  f.janitorLog,

@@ -262,6 +262,38 @@ func TestRolloutBinary(t *testing.T) {
 	checkOracleOutputs(t, out, 1)
 }
 
+// TestRolloutCreatedPool runs the binary with --created-pool: the second
+// episode's sandbox comes from a container created ahead, and the
+// containers created and never started are gone when the run ends.
+func TestRolloutCreatedPool(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs Docker")
+	}
+	out := filepath.Join(t.TempDir(), "results.json")
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, validateBinary(t), "rollout", calculatorConfig, "--policy", "oracle", "--output", out, "--quiet",
+		"--episodes", "2", "--parallel", "1", "--created-pool", "1", "--log-level", "DEBUG")
+	cmd.Env = append(os.Environ(), "OPENROUTER_API_KEY=", "OPENAI_API_KEY=")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("%v\nstderr:\n%s", err, stderr.String())
+	}
+	checkOracleOutputs(t, out, 2)
+	if !strings.Contains(stderr.String(), "sandbox from the created pool") {
+		t.Errorf("no sandbox came from the created pool; stderr:\n%s", stderr.String())
+	}
+	host, _ := os.Hostname()
+	owners, err := ownersWithPrefix(t.Context(), dockerClient(t), fmt.Sprintf("%s:%d:", host, cmd.Process.Pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(owners) != 0 {
+		t.Errorf("containers of the run are left (created pool not cleaned up): owners %q", owners)
+	}
+}
+
 func TestRolloutAgainstRemoteServer(t *testing.T) {
 	noDockerNoKeys(t)
 	env := gymtest.NewEnv("e", gymtest.Task{ID: "e", Prompt: "Write hello to out.txt.", Expect: map[string]string{"out.txt": "hello"}})

@@ -35,6 +35,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	idleTTL := fs.Duration("idle-ttl", server.DefaultIdleSessionTTL, "close sessions without requests for this long")
 	pingInterval := fs.Duration("ping-interval", server.DefaultPingInterval, "WebSocket heartbeat period")
 	warmPool := fs.Int("warm-pool", 0, "started sandboxes kept ready per environment, so resets return at once")
+	createdPool := fs.Int("created-pool", 0, "containers created but not started kept per environment, so a start the warm pool does not serve skips the create")
 	var caches cacheCapFlags
 	caches.register(fs)
 	var engines engineFlags
@@ -74,6 +75,10 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		fmt.Fprintln(stderr, "gymserver serve: --warm-pool must not be negative")
 		return 2
 	}
+	if *createdPool < 0 {
+		fmt.Fprintln(stderr, "gymserver serve: --created-pool must not be negative")
+		return 2
+	}
 	if err := checkEngines(&engines); err != nil {
 		fmt.Fprintln(stderr, "gymserver serve:", err)
 		return 2
@@ -81,6 +86,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	var fl *fleet.Fleet
 	reg, closeEnvs, err := loadRegistry(ctx, *configPath, logger, loadOptions{
 		WarmPool:    *warmPool,
+		CreatedPool: *createdPool,
 		OrphanAfter: orphanAfterOption(*orphanAfter),
 		Janitor:     !*noJanitor,
 		JanitorLog:  *janitorLog,

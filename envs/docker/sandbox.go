@@ -157,6 +157,7 @@ func (p *Provider) create(ctx context.Context, spec sandbox.Spec) (s *Sandbox, e
 	if s != nil {
 		err := p.boot(ctx, s, spec)
 		if err == nil {
+			p.log.Debug("sandbox from the created pool", "container", shortID(s.id))
 			return s, nil
 		}
 		// A broken created container (e.g. removed by hand) goes; a new
