@@ -101,6 +101,13 @@ func TestDrainKeepsListening(t *testing.T) {
 			}
 		})
 	}
+	// The Go client reports the server's error object: class and reason.
+	if c2, err := gymclient.Dial(t.Context(), ts.url, gymclient.Options{Token: "tok"}); err == nil {
+		c2.Close()
+		t.Error("gymclient.Dial while draining succeeded")
+	} else if ge := (*gymclient.Error)(nil); !errors.As(err, &ge) || ge.Reason != wire.ReasonDraining || !errors.Is(err, gym.ErrUnavailable) || !ge.Mask {
+		t.Errorf("gymclient.Dial while draining: %v (%+v), want unavailable/%s, masked", err, ge, wire.ReasonDraining)
+	}
 	// The open connection still works while the drain runs.
 	if h, err := c.Hello(t.Context()); err != nil || !h.Draining {
 		t.Errorf("hello while draining: %+v %v", h, err)

@@ -2,8 +2,10 @@ package gymclient
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"strings"
 	"sync"
@@ -148,6 +150,14 @@ func httpError(resp *http.Response, err error) error {
 		class = gym.ClassInvalidArgument
 	case http.StatusNotFound:
 		class = gym.ClassNotFound
+	}
+	var body struct {
+		Error *wire.Error `json:"error"`
+	}
+	if resp.Body != nil {
+		if json.NewDecoder(io.LimitReader(resp.Body, 64<<10)).Decode(&body) == nil && body.Error != nil && body.Error.Code != "" {
+			return fmt.Errorf("upgrade refused: HTTP %s: %w", resp.Status, errorFromWire(body.Error))
+		}
 	}
 	return gym.Errorf(class, "upgrade refused: HTTP %s: %v", resp.Status, err)
 }
