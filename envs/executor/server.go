@@ -370,18 +370,7 @@ func (s *server) exec(ctx context.Context, req request) response {
 	}
 	resp := response{ID: req.ID, DurationNS: dur.Nanoseconds(), ExitCode: -1}
 	resp.setStatus(cmd.ProcessState)
-	if killed {
-		resp.ExitCode = -1
-		if resp.Signal == "" {
-			resp.Signal = signalName(syscall.SIGKILL)
-		}
-		resp.TimedOut = errors.Is(cctx.Err(), context.DeadlineExceeded)
-	}
-	if oomBefore >= 0 && oomKills() > oomBefore {
-		resp.OOMKilled = true
-	}
-	resp.Stdout, resp.StdoutDropped = stdout.bytes()
-	resp.Stderr, resp.StderrDropped = stderr.bytes()
+	resp.finish(cctx, killed, oomBefore, stdout, stderr)
 	if rep != nil {
 		// Whatever the command left behind could still write to the
 		// report: everything goes before the report is read to its end.
@@ -410,6 +399,25 @@ func (r *response) setStatus(st *os.ProcessState) {
 	case ws.Signaled():
 		r.Signal = signalName(ws.Signal())
 	}
+}
+
+// finish completes the response of a command: killed says the command
+// was killed for its context cctx (timeout or cancel), oomBefore is the
+// OOM kill count read before it started, and stdout and stderr hold its
+// output.
+func (r *response) finish(cctx context.Context, killed bool, oomBefore int64, stdout, stderr *capture) {
+	if killed {
+		r.ExitCode = -1
+		if r.Signal == "" {
+			r.Signal = signalName(syscall.SIGKILL)
+		}
+		r.TimedOut = errors.Is(cctx.Err(), context.DeadlineExceeded)
+	}
+	if oomBefore >= 0 && oomKills() > oomBefore {
+		r.OOMKilled = true
+	}
+	r.Stdout, r.StdoutDropped = stdout.bytes()
+	r.Stderr, r.StderrDropped = stderr.bytes()
 }
 
 // commandContext is the context of exec request req: it ends with ctx,

@@ -407,16 +407,7 @@ func (s *server) shellExec(ctx context.Context, req request) response {
 			resp.setStatus(st)
 		}
 	}
-	if killed {
-		resp.ExitCode = -1
-		resp.Signal = signalName(syscall.SIGKILL)
-		resp.TimedOut = errors.Is(cctx.Err(), context.DeadlineExceeded)
-	}
-	if oomBefore >= 0 && oomKills() > oomBefore {
-		resp.OOMKilled = true
-	}
-	resp.Stdout, resp.StdoutDropped = stdout.bytes()
-	resp.Stderr, resp.StderrDropped = stderr.bytes()
+	resp.finish(cctx, killed, oomBefore, stdout, stderr)
 	return resp
 }
 
