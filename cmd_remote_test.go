@@ -4,10 +4,14 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -148,4 +152,74 @@ func equivalent(t *testing.T, tr gym.Trajectory) any {
 		out.Tests[c.Name] = c.Status
 	}
 	return out
+}
+
+// TestRolloutOverTwoServers runs an oracle rollout through `--server`
+// with two running servers: every episode succeeds and both servers
+// serve some of them.
+func TestRolloutOverTwoServers(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs Docker")
+	}
+	bin := validateBinary(t)
+	urls := []string{startServe(t, bin, calculatorConfig), startServe(t, bin, calculatorConfig)}
+	out := filepath.Join(t.TempDir(), "results.json")
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, "rollout", calculatorConfig, "--policy", "oracle", "--output", out, "--quiet",
+		"--episodes", "4", "--parallel", "4", "--server", urls[0]+","+urls[1])
+	cmd.Env = append(os.Environ(), "OPENROUTER_API_KEY=", "OPENAI_API_KEY=")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("rollout: %v\n%s", err, b)
+	}
+	var recs []rollout.Record
+	readFile(t, out, &recs)
+	if len(recs) != 4 {
+		t.Fatalf("%d results, want 4", len(recs))
+	}
+	for _, r := range recs {
+		if r.EpisodeResult.FinalScore != 1 || !r.EpisodeResult.Success {
+			t.Errorf("episode %d: result %+v, want a full score", r.Episode, r.EpisodeResult)
+		}
+	}
+	total := 0
+	for _, u := range urls {
+		n := resetsServed(t, u)
+		if n == 0 {
+			t.Errorf("server %s served no reset; the rollout did not spread its sessions", u)
+		}
+		total += n
+	}
+	if total != 4 {
+		t.Errorf("the servers served %d resets in all, want 4", total)
+	}
+}
+
+// resetsServed reads the number of resets a server served from its
+// /metrics, given its WebSocket URL.
+func resetsServed(t *testing.T, wsURL string) int {
+	t.Helper()
+	u := strings.Replace(strings.TrimSuffix(wsURL, "/v1/ws"), "ws://", "http://", 1) + "/metrics"
+	resp, err := http.Get(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, line := range strings.Split(string(b), "\n") {
+		if !strings.HasPrefix(line, "gymserver_reset_seconds_count{") {
+			continue
+		}
+		f := strings.Fields(line)
+		v, err := strconv.Atoi(f[len(f)-1])
+		if err != nil {
+			t.Fatalf("metrics line %q: %v", line, err)
+		}
+		n += v
+	}
+	return n
 }

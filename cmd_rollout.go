@@ -144,7 +144,7 @@ func rolloutWith(ctx context.Context, args []string, stdout, stderr io.Writer, l
 	fs.BoolVar(&f.noJanitor, "no-janitor", false, "start no janitor process; without it, snapshot images of a killed run stay until the next start or gymserver reap (in process only)")
 	fs.StringVar(&f.janitorLog, "janitor-log", "", "file the janitor appends what it removed to (default: none; in process only)")
 	fs.StringVar(&f.policy, "policy", "llm", "llm, oracle (each environment's reference solution) or replay:FILE (a trajectory's calls)")
-	fs.StringVar(&f.server, "server", "", "run against a remote gymserver at this ws:// URL instead of in process")
+	fs.StringVar(&f.server, "server", "", "run against remote gymservers instead of in process: a ws:// URL, or several separated by commas (sessions are spread over them)")
 	fs.StringVar(&f.token, "token", "", "bearer token for --server (default: $GYMSERVER_TOKEN)")
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), "usage: gymserver rollout CONFIG.json [flags]")
@@ -271,13 +271,13 @@ func rolloutWith(ctx context.Context, args []string, stdout, stderr io.Writer, l
 		if token == "" {
 			token = os.Getenv("GYMSERVER_TOKEN")
 		}
-		c, err := gymclient.Dial(ctx, f.server, gymclient.Options{Token: token})
+		envOf, closeFn, err := dialServers(ctx, f.server, token)
 		if err != nil {
-			return fail(1, "connect %s: %v", f.server, err)
+			return fail(1, "%v", err)
 		}
-		defer c.Close()
+		defer closeFn()
 		for _, ec := range cfg.Environments {
-			e, err := c.Env(ctx, ec.ID)
+			e, err := envOf(ctx, ec.ID)
 			if err != nil {
 				return fail(1, "server %s: environment %s: %v", f.server, ec.ID, err)
 			}
@@ -724,4 +724,40 @@ func describeBudget(b rollout.Budget) string {
 		return "no per-episode budget"
 	}
 	return "per-episode budget " + strings.Join(caps, " or ")
+}
+
+// dialServers connects to the servers of --server: one URL is one
+// connection; several (comma-separated) are a gymclient.Pool that spreads
+// sessions over them, places new ones on the others when one goes away,
+// and keeps every fork on its session's server. It returns how to look up
+// an environment and how to close the connections.
+func dialServers(ctx context.Context, list, token string) (func(context.Context, string) (gym.Env, error), func(), error) {
+	var urls []string
+	for _, u := range strings.Split(list, ",") {
+		if u = strings.TrimSpace(u); u != "" {
+			urls = append(urls, u)
+		}
+	}
+	if len(urls) == 0 {
+		return nil, nil, fmt.Errorf("--server %q names no URL", list)
+	}
+	if len(urls) == 1 {
+		c, err := gymclient.Dial(ctx, urls[0], gymclient.Options{Token: token})
+		if err != nil {
+			return nil, nil, fmt.Errorf("connect %s: %w", urls[0], err)
+		}
+		env := func(ctx context.Context, id string) (gym.Env, error) {
+			e, err := c.Env(ctx, id)
+			if err != nil {
+				return nil, err // not a typed nil in the interface
+			}
+			return e, nil
+		}
+		return env, func() { c.Close() }, nil
+	}
+	p, err := gymclient.DialPool(ctx, urls, gymclient.PoolOptions{Options: gymclient.Options{Token: token}})
+	if err != nil {
+		return nil, nil, fmt.Errorf("connect %s: %w", list, err)
+	}
+	return p.Env, func() { p.Close() }, nil
 }

@@ -15,6 +15,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 from .errors import EpisodeDone
 from .results import StepResult
+from .pool import split_urls
 from .sync import Client, Session
 
 __all__ = ["RemoteEnv", "TextSpace", "MessagesSpace", "HAVE_GYMNASIUM"]
@@ -188,7 +189,13 @@ class RemoteEnv(_EnvBase):  # type: ignore[misc,valid-type]
     Args:
         env: environment id on the server (for example ``"calculator_api"``).
         task: task id; ``None`` lets the reset seed pick one (a random task without a seed).
-        url: server URL (default ``GYMSERVER_URL``); ignored when ``client`` is given.
+        url: server URL (default ``GYMSERVER_URL``), or several separated by
+            commas: the env then holds a pool, each :meth:`reset` closes the
+            previous episode and the pool places the new one (the server
+            with the fewest of the pool's sessions, round robin on ties), and
+            a server that goes away fails only the episode on it
+            (:class:`~gymserver.errors.ConnectionLost`); the next reset goes
+            to the others. Ignored when ``client`` is given.
         client: a shared :class:`~gymserver.sync.Client` (many RemoteEnvs
             can share one connection); otherwise the env opens its own and
             closes it in :meth:`close`.
@@ -247,7 +254,10 @@ class RemoteEnv(_EnvBase):  # type: ignore[misc,valid-type]
         self.observation_kind = observation
         self.render_mode = render_mode
         self._owns_client = client is None
-        self.client: Client = client if client is not None else Client(url, token=token)  # type: ignore[arg-type]
+        if client is None:
+            # several comma-separated URLs: a pool that spreads the env's sessions over the servers
+            client = Client(url, token=token, pool=len(split_urls(url)) > 1)  # type: ignore[arg-type]
+        self.client: Client = client
         self.session: Optional[Session] = None
         self._done = False
         self._last_text = ""
@@ -261,7 +271,8 @@ class RemoteEnv(_EnvBase):  # type: ignore[misc,valid-type]
         opts.update(options or {})
         task = opts.pop("task", None) or self.task
         old = self.session
-        if old is not None and old.done:
+        if old is not None and (old.done or self.client.pooled):
+            # a pool places each episode anew (perhaps on another server)
             old.close()
             old = None
         self.session = self.client.reset(self.env_id, task, seed, opts or None, replace=old, parser=self.parser)

@@ -162,6 +162,11 @@ class Client:
         return not self._closed and self._aclient.connected
 
     @property
+    def pooled(self) -> bool:
+        """pooled reports whether the client holds a pool (``pool=True``) rather than one connection."""
+        return isinstance(self._aclient, AsyncPool)
+
+    @property
     def server_info(self) -> ServerInfo:
         """server_info is the hello result received when connecting."""
         return self._aclient.server_info

@@ -17,6 +17,7 @@ import pytest
 import gymserver
 from gymserver import AsyncPool, AsyncSession, errors
 from gymserver._wire import normalize_url
+from gymserver.gym import RemoteEnv
 from gymserver.adapters import _shared
 from conftest import LiveServer, assert_no_leftovers, start_live
 from fakeserver import FakeServer
@@ -122,6 +123,19 @@ def scenario(c: Cluster, group_and_fork: bool) -> None:
             s.close()
     with pytest.raises(ValueError):
         gymserver.Client(joined)
+    # a Gymnasium RemoteEnv over several servers: consecutive episodes are spread, none is left open
+    env = RemoteEnv(ENV, url=joined)
+    try:
+        assert env.client.pooled
+        placed = []
+        for _ in range(3):
+            env.reset()
+            placed.append(c.index(env.session._inner))  # type: ignore[union-attr]
+        assert sorted(placed) == [0, 1, 2], placed
+        assert sum(c.open_sessions(i) for i in range(3)) == 1
+    finally:
+        env.close()
+    assert [c.open_sessions(i) for i in range(3)] == [0, 0, 0]
     shared = _shared.shared_client(joined)
     try:
         ss = [shared.reset(ENV) for _ in range(3)]
