@@ -57,8 +57,9 @@ const (
 
 // Options configure a Fleet.
 type Options struct {
-	// Endpoints are the engines; at least one, each reachable when New
-	// runs.
+	// Endpoints are the engines; at least one, and at least one of them
+	// reachable when New runs. One that is not joins the fleet when a
+	// health check first reaches it.
 	Endpoints []Endpoint
 	// Docker is the template of each engine's provider options. New sets
 	// Client, BuildBase and JanitorEnv per engine, and appends "/" and the
@@ -103,7 +104,15 @@ type engine struct {
 	host     string
 	capacity int
 	cli      *client.Client
-	p        *docker.Provider
+	// opts make the provider when the engine joins.
+	opts docker.Options
+	// joinMu serialises attempts to join.
+	joinMu sync.Mutex
+	// p is nil until the engine has joined (its provider is made); set
+	// once, under Fleet.mu, before up is first set. Code that reached e
+	// through a check of up (or as a snapshot's engine) may read it
+	// without the lock.
+	p *docker.Provider
 
 	// Guarded by Fleet.mu.
 	up      bool
@@ -127,7 +136,10 @@ var (
 )
 
 // New connects to every engine, makes its provider (which reaps the
-// engine and starts its janitor) and starts the health checks.
+// engine and starts its janitor) and starts the health checks. An engine
+// that does not answer is left down and joins (is reaped, gets its
+// provider) when a health check first reaches it; New fails only when no
+// engine answers, or on a configuration error.
 func New(ctx context.Context, opts Options) (*Fleet, error) {
 	if len(opts.Endpoints) == 0 {
 		return nil, errors.New("fleet: no engine")
@@ -157,12 +169,36 @@ func New(ctx context.Context, opts Options) (*Fleet, error) {
 			return nil, fmt.Errorf("fleet: two engines named %q", ep.Name)
 		}
 		names[ep.Name] = true
-		e, err := f.open(ctx, ep)
+		e, err := f.open(ep)
 		if err != nil {
 			f.closeEngines(ctx)
 			return nil, err
 		}
 		f.engines = append(f.engines, e)
+	}
+	// Join them all at once: one that does not answer costs at most a
+	// health check's timeout.
+	errs := make([]error, len(f.engines))
+	var wg sync.WaitGroup
+	for i, e := range f.engines {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = f.ping(ctx, e)
+		}()
+	}
+	wg.Wait()
+	joined := 0
+	for i, e := range f.engines {
+		if errs[i] == nil {
+			joined++
+			continue
+		}
+		f.log.Warn("engine not reachable; it joins when a health check reaches it", "engine", e.name, "host", e.host, "err", errs[i])
+	}
+	if joined == 0 {
+		f.closeEngines(ctx)
+		return nil, fmt.Errorf("fleet: no engine is reachable: %w", errors.Join(errs...))
 	}
 	var bgCtx context.Context
 	bgCtx, f.bgCancel = context.WithCancel(context.Background())
@@ -171,8 +207,9 @@ func New(ctx context.Context, opts Options) (*Fleet, error) {
 	return f, nil
 }
 
-// open makes the provider of one engine.
-func (f *Fleet) open(ctx context.Context, ep Endpoint) (*engine, error) {
+// open checks an endpoint and makes its client; the engine is down until
+// it joins.
+func (f *Fleet) open(ep Endpoint) (*engine, error) {
 	if err := ep.check(); err != nil {
 		return nil, fmt.Errorf("fleet: %w", err)
 	}
@@ -180,7 +217,7 @@ func (f *Fleet) open(ctx context.Context, ep Endpoint) (*engine, error) {
 	if err != nil {
 		return nil, fmt.Errorf("fleet: %w", err)
 	}
-	e := &engine{name: ep.Name, host: ep.Host, capacity: ep.Capacity, cli: cli, up: true, ready: map[string]bool{}}
+	e := &engine{name: ep.Name, host: ep.Host, capacity: ep.Capacity, cli: cli, ready: map[string]bool{}}
 	if e.capacity == 0 {
 		e.capacity = DefaultCapacity
 	}
@@ -192,12 +229,40 @@ func (f *Fleet) open(ctx context.Context, ep Endpoint) (*engine, error) {
 		o.Owner += "/" + e.name
 	}
 	o.BuildBase = func(ctx context.Context, ref string) error { return f.fetchBase(ctx, e, ref) }
-	e.p, err = docker.New(ctx, o)
-	if err != nil {
-		cli.Close()
-		return nil, fmt.Errorf("fleet: engine %s (%s): %w", e.name, e.host, err)
-	}
+	e.opts = o
 	return e, nil
+}
+
+// join makes e's provider (which reaps the engine and starts its
+// janitor), once; it is a no-op for an engine that has joined.
+func (f *Fleet) join(ctx context.Context, e *engine) error {
+	e.joinMu.Lock()
+	defer e.joinMu.Unlock()
+	if f.provider(e) != nil {
+		return nil
+	}
+	p, err := docker.New(ctx, e.opts)
+	if err != nil {
+		return fmt.Errorf("fleet: engine %s (%s): %w", e.name, e.host, err)
+	}
+	f.mu.Lock()
+	closed := f.closed
+	if !closed {
+		e.p = p
+	}
+	f.mu.Unlock()
+	if closed {
+		p.Close(ctx)
+		return gym.Classify(errors.New("fleet: closed"), gym.ClassSandbox)
+	}
+	return nil
+}
+
+// provider returns e's provider, nil before it has joined.
+func (f *Fleet) provider(e *engine) *docker.Provider {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return e.p
 }
 
 // Close stops the health checks and closes every engine's provider,
@@ -223,8 +288,10 @@ func (f *Fleet) closeEngines(ctx context.Context) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if err := e.p.Close(ctx); err != nil {
-				errs[i] = fmt.Errorf("fleet: engine %s: %w", e.name, err)
+			if p := f.provider(e); p != nil {
+				if err := p.Close(ctx); err != nil {
+					errs[i] = fmt.Errorf("fleet: engine %s: %w", e.name, err)
+				}
 			}
 			e.cli.Close()
 		}()
@@ -233,11 +300,14 @@ func (f *Fleet) closeEngines(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// Providers returns the engines' providers by name.
+// Providers returns the providers of the engines that have joined, by
+// name.
 func (f *Fleet) Providers() map[string]*docker.Provider {
 	out := make(map[string]*docker.Provider, len(f.engines))
 	for _, e := range f.engines {
-		out[e.name] = e.p
+		if p := f.provider(e); p != nil {
+			out[e.name] = p
+		}
 	}
 	return out
 }
@@ -593,11 +663,15 @@ func (f *Fleet) CheckHealth(ctx context.Context) {
 	wg.Wait()
 }
 
-// ping pings e, marks it up or down, and returns the ping's error.
+// ping pings e, joins it to the fleet the first time it answers, marks it
+// up or down, and returns the error.
 func (f *Fleet) ping(ctx context.Context, e *engine) error {
 	pctx, cancel := context.WithTimeout(ctx, f.opts.HealthTimeout)
 	defer cancel()
 	_, err := e.cli.Ping(pctx)
+	if err == nil {
+		err = f.join(ctx, e)
+	}
 	if ctx.Err() != nil {
 		return err
 	}
@@ -625,6 +699,8 @@ func (f *Fleet) setHealth(e *engine, err error) {
 	switch {
 	case was && err != nil:
 		f.log.Warn("engine down: its sessions fail, new ones go elsewhere", "engine", e.name, "live", live, "err", err)
+	case !was && err == nil && e.downs.Load() == 0:
+		f.log.Info("engine joined", "engine", e.name)
 	case !was && err == nil:
 		f.log.Info("engine up again", "engine", e.name)
 	}
@@ -698,7 +774,11 @@ func EngineOf(sb sandbox.Sandbox) string {
 func (f *Fleet) PoolStats() sandbox.PoolStats {
 	st := sandbox.PoolStats{Pools: []sandbox.Pool{}}
 	for _, e := range f.engines {
-		for _, pool := range e.p.PoolStats().Pools {
+		p := f.provider(e)
+		if p == nil {
+			continue
+		}
+		for _, pool := range p.PoolStats().Pools {
 			pool.Engine = e.name
 			st.Pools = append(st.Pools, pool)
 		}

@@ -443,3 +443,102 @@ func TestEngineOverTLS(t *testing.T) {
 		t.Fatalf("exec on the TLS engine: %+v %v", r, err)
 	}
 }
+
+// TestEngineJoinsLate starts a fleet while one of its engines is down:
+// the fleet starts on the others, the engine joins (reaped, with its own
+// provider) when a health check first reaches it, and then takes
+// sandboxes, which get their image there and run. A fleet none of whose
+// engines answers does not start.
+func TestEngineJoinsLate(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs Docker; skipped with -short")
+	}
+	late := dockertest.StartEngine(t, "late")
+	late.Kill()
+	opts := fleet.Options{
+		Endpoints: []fleet.Endpoint{{Name: "main", Host: mainHost(), Capacity: 2}, {Name: "late", Host: late.Host(), Capacity: 2}},
+		Docker: docker.Options{
+			ExecutorBinary:   sandboxtest.ExecutorBinary(t),
+			ImageCacheLabels: []string{dockertest.NoPruneLabel},
+		},
+		HealthEvery:   time.Hour, // the test runs the checks
+		HealthTimeout: time.Second,
+	}
+	ctx := t.Context()
+
+	only := opts
+	only.Endpoints = opts.Endpoints[1:]
+	if f, err := fleet.New(ctx, only); err == nil {
+		f.Close(context.Background())
+		t.Fatal("a fleet whose only engine is down started")
+	} else if !strings.Contains(err.Error(), "no engine is reachable") {
+		t.Fatalf("fleet of a down engine: %v", err)
+	}
+
+	f, err := fleet.New(ctx, opts)
+	if err != nil {
+		t.Fatalf("fleet with one engine down: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := f.Close(context.Background()); err != nil {
+			t.Errorf("close fleet: %v", err)
+		}
+		for name, p := range f.Providers() {
+			if n, err := dockertest.Leftovers(context.Background(), p.Client(), p.Owner()); err != nil || n != 0 {
+				t.Errorf("engine %s: %d containers left (%v)", name, n, err)
+			}
+		}
+	})
+	info := func(name string) fleet.EngineInfo {
+		for _, e := range f.Engines() {
+			if e.Name == name {
+				return e
+			}
+		}
+		t.Fatalf("no engine %s", name)
+		return fleet.EngineInfo{}
+	}
+	if e := info("late"); e.Up || e.LastError == "" {
+		t.Fatalf("engine late at start: %+v, want down with its error", e)
+	}
+	if _, ok := f.Providers()["late"]; ok {
+		t.Fatal("engine late has a provider before it joined")
+	}
+	img, err := f.Prepare(ctx, sandbox.ImageSpec{BaseImage: baseimage.Python, WorkDir: "/workspace"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, err := f.Create(ctx, sandbox.Spec{Image: img, WorkDir: "/workspace"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer first.Close(context.Background())
+	if got := fleet.EngineOf(first); got != "main" {
+		t.Fatalf("sandbox on %s while late is down, want main", got)
+	}
+
+	late.Restart()
+	f.CheckHealth(ctx)
+	if e := info("late"); !e.Up || e.Downs != 0 {
+		t.Fatalf("engine late after it started: %+v, want up (never counted down)", e)
+	}
+	if _, ok := f.Providers()["late"]; !ok {
+		t.Fatal("engine late joined without a provider")
+	}
+	// main holds 1 of 2, late 0 of 2: the next sandbox goes to late.
+	second, err := f.Create(ctx, sandbox.Spec{Image: img, WorkDir: "/workspace"})
+	if err != nil {
+		t.Fatalf("create after late joined: %v", err)
+	}
+	defer second.Close(context.Background())
+	if got := fleet.EngineOf(second); got != "late" {
+		t.Fatalf("sandbox on %s, want late (least loaded once it joined)", got)
+	}
+	r, err := second.Exec(ctx, sandbox.ExecRequest{Argv: []string{"echo", "joined"}})
+	if err != nil || !strings.Contains(string(r.Stdout), "joined") {
+		t.Fatalf("exec on late: %+v %v", r, err)
+	}
+	if e := info("late"); e.Transfers == 0 {
+		t.Fatalf("engine late: %+v, want its image copied in", e)
+	}
+}
