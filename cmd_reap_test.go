@@ -1,7 +1,9 @@
 package main
 
 import (
+	"archive/tar"
 	"bufio"
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -25,6 +27,7 @@ import (
 	gymclient "github.com/gymserver/gymserver/clients/go"
 	"github.com/gymserver/gymserver/envs/baseimage"
 	"github.com/gymserver/gymserver/envs/docker"
+	"github.com/gymserver/gymserver/envs/docker/dockertest"
 	"github.com/gymserver/gymserver/envs/sandbox"
 	"github.com/gymserver/gymserver/gym"
 	"github.com/gymserver/gymserver/internal/waittest"
@@ -353,4 +356,86 @@ func killableServe(t *testing.T, bin string, clis []*client.Client, args ...stri
 		}
 	})
 	return cmd, done, ownerPrefix, serveURL(t, stderr, done)
+}
+
+// TestReapCommandOverEngines runs `gymserver reap --docker-host` over the
+// host's engine and an engine the test starts: a dead owner's container
+// on each is removed and reported with its engine.
+func TestReapCommandOverEngines(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs Docker")
+	}
+	bin := validateBinary(t)
+	extra := dockertest.StartEngine(t, "reap")
+	ctx := t.Context()
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	tag := hex.EncodeToString(b[:])
+	host, _ := os.Hostname()
+	deadOwner := fmt.Sprintf("%s:%d:test", host, deadPid(t))
+	labels := map[string]string{sandbox.LabelOwner: deadOwner, "gymserver.test-reap": tag}
+
+	// The extra engine has no image: an empty one is enough for a
+	// container that is only created.
+	var empty bytes.Buffer
+	if err := tar.NewWriter(&empty).Close(); err != nil {
+		t.Fatal(err)
+	}
+	rc, err := extra.Client().ImageImport(ctx, image.ImportSource{Source: &empty, SourceName: "-"}, "gymserver-test-empty:"+tag, image.ImportOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = io.Copy(io.Discard, rc)
+	rc.Close()
+	mk := func(cli *client.Client, img string) string {
+		resp, err := cli.ContainerCreate(ctx, &container.Config{Image: img, Cmd: []string{"/none"}, Labels: labels}, nil, nil, nil, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = cli.ContainerRemove(context.Background(), resp.ID, container.RemoveOptions{Force: true}) })
+		return resp.ID
+	}
+	onMain := mk(dockerClient(t), baseimage.Python)
+	onExtra := mk(extra.Client(), "gymserver-test-empty:"+tag)
+
+	cmd := exec.CommandContext(ctx, bin, "reap", "--json", "--label", "gymserver.test-reap="+tag,
+		"--docker-host", mainDockerHost()+",name=main", "--docker-host", extra.Host()+",name=extra")
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("reap: %v\n%s", err, stderr.String())
+	}
+	var r struct {
+		Removed []struct {
+			Engine string `json:"engine"`
+			docker.Reaped
+		} `json:"removed"`
+	}
+	if err := json.Unmarshal(out, &r); err != nil {
+		t.Fatalf("reap output %q: %v", out, err)
+	}
+	got := map[string]string{}
+	for _, x := range r.Removed {
+		got[x.ID] = x.Engine
+	}
+	if len(r.Removed) != 2 || got[onMain] != "main" || got[onExtra] != "extra" {
+		t.Fatalf("removed %s, want %s on main and %s on extra", out, onMain, onExtra)
+	}
+	for name, c := range map[string]struct {
+		cli *client.Client
+		id  string
+	}{"main": {dockerClient(t), onMain}, "extra": {extra.Client(), onExtra}} {
+		if _, err := c.cli.ContainerInspect(ctx, c.id); !errdefs.IsNotFound(err) {
+			t.Errorf("engine %s: container %s still there (%v)", name, c.id, err)
+		}
+	}
+}
+
+// mainDockerHost is the address of the host's own engine.
+func mainDockerHost() string {
+	if h := os.Getenv("DOCKER_HOST"); h != "" {
+		return h
+	}
+	return client.DefaultDockerHost
 }

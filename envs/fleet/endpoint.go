@@ -103,8 +103,12 @@ func (ep Endpoint) check() error {
 	return nil
 }
 
-// client returns a client of the engine.
-func (ep Endpoint) client() (*client.Client, error) {
+// Client checks the endpoint and returns a client of its engine (with
+// its TLS certificates); the caller closes it.
+func (ep Endpoint) Client() (*client.Client, error) {
+	if err := ep.check(); err != nil {
+		return nil, err
+	}
 	opts := []client.Opt{client.WithHost(ep.Host), client.WithAPIVersionNegotiation()}
 	if ep.TLSDir != "" {
 		opts = append(opts, client.WithTLSClientConfig(

@@ -213,7 +213,7 @@ func (f *Fleet) open(ep Endpoint) (*engine, error) {
 	if err := ep.check(); err != nil {
 		return nil, fmt.Errorf("fleet: %w", err)
 	}
-	cli, err := ep.client()
+	cli, err := ep.Client()
 	if err != nil {
 		return nil, fmt.Errorf("fleet: %w", err)
 	}
