@@ -20,8 +20,10 @@
 // request. Snapshots belong to the connection that took them and are
 // dropped when it closes.
 //
-// Many servers: a Pool (DialPool or NewPool) holds one connection to each
-// of several servers and spreads new sessions over them: the server with
+// Many servers: a Pool (DialPool or NewPool) holds a connection to each
+// of several servers (more to one whose open connections hold its
+// max_sessions_per_connection) and spreads new sessions over them: the
+// server with
 // the fewest open sessions of the pool, ties round robin. A group
 // (Pool.ResetGroup) goes to one server as a whole, and forks go to the
 // server of the snapshot's session. When a server goes away its sessions

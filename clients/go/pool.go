@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/gymserver/gymserver/gym"
+	"github.com/gymserver/gymserver/server/wire"
 )
 
 // PoolOptions configure a Pool. Zero fields take defaults.
@@ -19,6 +20,10 @@ type PoolOptions struct {
 	// each further failure doubles it, up to RetryMax (default 30s).
 	RetryMin time.Duration
 	RetryMax time.Duration
+	// MaxConnections bounds the connections to one server (default 64):
+	// the pool opens another when every open one holds the server's
+	// max_sessions_per_connection (from hello).
+	MaxConnections int
 }
 
 func (o *PoolOptions) setDefaults() {
@@ -28,9 +33,14 @@ func (o *PoolOptions) setDefaults() {
 	if o.RetryMax < o.RetryMin {
 		o.RetryMax = max(30*time.Second, o.RetryMin)
 	}
+	if o.MaxConnections <= 0 {
+		o.MaxConnections = 64
+	}
 }
 
-// Pool spreads sessions over several servers, one connection to each.
+// Pool spreads sessions over several servers. It holds one connection to
+// each, and opens more to a server (up to PoolOptions.MaxConnections) when
+// every open one holds the server's max_sessions_per_connection.
 //
 // Placement: a new session (Reset) goes to the reachable server with the
 // fewest open sessions of this pool (Client.OpenSessions plus the resets
@@ -60,13 +70,26 @@ type Pool struct {
 
 // poolServer is one server of a pool.
 type poolServer struct {
-	url      string
-	c        *Client       // nil when not connected
-	dialing  chan struct{} // non-nil while a dial runs; closed when it ends
-	placing  int           // sessions being placed on it
-	failures int           // consecutive failures to reach it
-	retryAt  time.Time     // not before this after a failure
-	lastErr  error
+	url   string
+	conns []*Client // the live connections, oldest first
+	// perConn is the server's max_sessions_per_connection (0: no limit).
+	perConn int
+	// connPlacing counts the sessions being placed on each connection.
+	connPlacing map[*Client]int
+	dialing     chan struct{} // non-nil while a dial runs; closed when it ends
+	placing     int           // sessions being placed on it
+	failures    int           // consecutive failures to reach it
+	retryAt     time.Time     // not before this after a failure
+	lastErr     error
+}
+
+// sessions returns the open sessions of s's connections.
+func (s *poolServer) sessions() int {
+	n := 0
+	for _, c := range s.conns {
+		n += c.OpenSessions()
+	}
+	return n
 }
 
 // ServerStatus describes one server of a Pool.
@@ -74,6 +97,8 @@ type ServerStatus struct {
 	URL string
 	// Connected is true while the pool holds a live connection to it.
 	Connected bool
+	// Connections is the number of live connections to it.
+	Connections int
 	// Sessions is the number of the pool's open sessions on it.
 	Sessions int
 	// Err is the last failure to reach it, while it is not connected.
@@ -91,7 +116,7 @@ func NewPool(urls []string, opts PoolOptions) (*Pool, error) {
 	opts.setDefaults()
 	p := &Pool{opts: opts}
 	for _, u := range urls {
-		p.servers = append(p.servers, &poolServer{url: normalizeURL(u)})
+		p.servers = append(p.servers, &poolServer{url: normalizeURL(u), connPlacing: map[*Client]int{}})
 	}
 	return p, nil
 }
@@ -109,7 +134,10 @@ func DialPool(ctx context.Context, urls []string, opts PoolOptions) (*Pool, erro
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			_, errs[i] = p.connect(ctx, s)
+			var c *Client
+			if c, errs[i] = p.connect(ctx, s, 0); c != nil {
+				p.unreserve(s, c, 0)
+			}
 		}()
 	}
 	wg.Wait()
@@ -128,10 +156,8 @@ func (p *Pool) Close() error {
 	p.closed = true
 	var clients []*Client
 	for _, s := range p.servers {
-		if s.c != nil {
-			clients = append(clients, s.c)
-			s.c = nil
-		}
+		clients = append(clients, s.conns...)
+		s.conns = nil
 	}
 	p.mu.Unlock()
 	for _, c := range clients {
@@ -147,25 +173,34 @@ func (p *Pool) Servers() []ServerStatus {
 	out := make([]ServerStatus, len(p.servers))
 	for i, s := range p.servers {
 		p.checkLocked(s)
-		out[i] = ServerStatus{URL: s.url, Connected: s.c != nil}
-		if s.c != nil {
-			out[i].Sessions = s.c.OpenSessions()
-		} else {
+		out[i] = ServerStatus{URL: s.url, Connected: len(s.conns) > 0, Connections: len(s.conns), Sessions: s.sessions()}
+		if len(s.conns) == 0 {
 			out[i].Err, out[i].RetryAt = s.lastErr, s.retryAt
 		}
 	}
 	return out
 }
 
-// checkLocked drops s's connection when it is lost and starts the backoff.
+// checkLocked drops s's lost connections, and starts the backoff when
+// that leaves none.
 func (p *Pool) checkLocked(s *poolServer) {
-	if s.c == nil {
+	if len(s.conns) == 0 {
 		return
 	}
-	if err := s.c.Err(); err != nil {
-		s.c.Close()
-		s.c = nil
-		p.failedLocked(s, err)
+	live := s.conns[:0]
+	var lost error
+	for _, c := range s.conns {
+		if err := c.Err(); err != nil {
+			c.Close()
+			lost = err
+			continue
+		}
+		live = append(live, c)
+	}
+	clear(s.conns[len(live):])
+	s.conns = live
+	if lost != nil && len(live) == 0 {
+		p.failedLocked(s, lost)
 	}
 }
 
@@ -180,9 +215,11 @@ func (p *Pool) failedLocked(s *poolServer, err error) {
 	s.retryAt = time.Now().Add(min(wait, p.opts.RetryMax))
 }
 
-// connect returns s's connection, dialing it when there is none (one dial
-// at a time per server).
-func (p *Pool) connect(ctx context.Context, s *poolServer) (*Client, error) {
+// connect returns a connection to s with room for n more sessions and
+// reserves them on it (undo with unreserve): the open connection with the
+// fewest sessions, or a new one when every open one is full (one dial at
+// a time per server).
+func (p *Pool) connect(ctx context.Context, s *poolServer, n int) (*Client, error) {
 	for {
 		p.mu.Lock()
 		if p.closed {
@@ -190,10 +227,26 @@ func (p *Pool) connect(ctx context.Context, s *poolServer) (*Client, error) {
 			return nil, gym.Errorf(gym.ClassUnavailable, "pool closed")
 		}
 		p.checkLocked(s)
-		if s.c != nil {
-			c := s.c
+		if len(s.conns) > 0 && s.perConn > 0 && n > s.perConn {
 			p.mu.Unlock()
-			return c, nil
+			return nil, gym.Errorf(gym.ClassResourceExhausted,
+				"pool: server %s: %d sessions at once exceed its max_sessions_per_connection %d", s.url, n, s.perConn)
+		}
+		var best *Client
+		bestLoad := 0
+		for _, c := range s.conns {
+			load := c.OpenSessions() + s.connPlacing[c]
+			if s.perConn > 0 && load+n > s.perConn {
+				continue
+			}
+			if best == nil || load < bestLoad {
+				best, bestLoad = c, load
+			}
+		}
+		if best != nil {
+			s.connPlacing[best] += n
+			p.mu.Unlock()
+			return best, nil
 		}
 		if wait := s.dialing; wait != nil {
 			p.mu.Unlock()
@@ -204,11 +257,24 @@ func (p *Pool) connect(ctx context.Context, s *poolServer) (*Client, error) {
 				return nil, ctx.Err()
 			}
 		}
+		if len(s.conns) >= p.opts.MaxConnections {
+			p.mu.Unlock()
+			return nil, gym.Errorf(gym.ClassResourceExhausted,
+				"pool: server %s: %d new sessions do not fit on any of its %d connections (max_sessions_per_connection %d; PoolOptions.MaxConnections)",
+				s.url, n, len(s.conns), s.perConn)
+		}
 		done := make(chan struct{})
 		s.dialing = done
 		p.mu.Unlock()
 
 		c, err := Dial(ctx, s.url, p.opts.Options)
+		var limit int
+		if err == nil {
+			var h wire.HelloResult
+			if h, err = c.Hello(ctx); err == nil {
+				limit = h.Limits.MaxSessionsPerConnection
+			}
+		}
 
 		p.mu.Lock()
 		s.dialing = nil
@@ -219,7 +285,8 @@ func (p *Pool) connect(ctx context.Context, s *poolServer) (*Client, error) {
 		case p.closed:
 			err = gym.Errorf(gym.ClassUnavailable, "pool closed")
 		default:
-			s.c, s.failures, s.lastErr = c, 0, nil
+			s.conns = append(s.conns, c)
+			s.perConn, s.failures, s.lastErr = limit, 0, nil
 		}
 		p.mu.Unlock()
 		if err != nil {
@@ -228,7 +295,15 @@ func (p *Pool) connect(ctx context.Context, s *poolServer) (*Client, error) {
 			}
 			return nil, err
 		}
-		return c, nil
+	}
+}
+
+// unreserve undoes connect's reservation of n sessions on c.
+func (p *Pool) unreserve(s *poolServer, c *Client, n int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if s.connPlacing[c] -= n; s.connPlacing[c] <= 0 {
+		delete(s.connPlacing, c)
 	}
 }
 
@@ -252,14 +327,11 @@ func (p *Pool) claim(n int, skip map[*poolServer]bool) (*poolServer, error) {
 		if skip[s] {
 			continue
 		}
-		if s.c == nil && s.dialing == nil && now.Before(s.retryAt) {
+		if len(s.conns) == 0 && s.dialing == nil && now.Before(s.retryAt) {
 			down = append(down, fmt.Errorf("%s (retry in %s): %w", s.url, s.retryAt.Sub(now).Round(time.Millisecond), s.lastErr))
 			continue
 		}
-		load := s.placing
-		if s.c != nil {
-			load += s.c.OpenSessions()
-		}
+		load := s.placing + s.sessions()
 		if best == nil || load < bestLoad {
 			best, bestIdx, bestLoad = s, i, load
 		}
@@ -287,21 +359,27 @@ func (p *Pool) release(s *poolServer, n int) {
 // repeat then: the server closes the sessions of a lost connection).
 func (p *Pool) place(ctx context.Context, n int, start func(*Client) error) error {
 	skip := map[*poolServer]bool{}
+	var full error // the last server found full
 	for {
 		s, err := p.claim(n, skip)
 		if err != nil {
+			if full != nil {
+				return full
+			}
 			return err
 		}
-		c, err := p.connect(ctx, s)
+		c, err := p.connect(ctx, s, n)
 		if err == nil {
 			err = start(c)
+			p.unreserve(s, c, n)
 		}
 		p.release(s, n)
 		if err == nil || ctx.Err() != nil {
 			return err
 		}
-		lost := c == nil || c.Err() != nil
-		if !lost {
+		if errors.Is(err, gym.ErrResourceExhausted) && c == nil {
+			full = err // try the other servers
+		} else if c != nil && c.Err() == nil {
 			return err
 		}
 		skip[s] = true

@@ -62,11 +62,13 @@ type serveProc struct {
 }
 
 // startServe starts `gymserver serve` with the calculator example on addr
-// ("127.0.0.1:0" for a free port) and waits for its listening line. The
-// test's cleanup stops it with SIGTERM when it still runs.
-func startServe(t *testing.T, addr string) *serveProc {
+// ("127.0.0.1:0" for a free port), with more flags if given, and waits
+// for its listening line. The test's cleanup stops it with SIGTERM when it
+// still runs.
+func startServe(t *testing.T, addr string, flags ...string) *serveProc {
 	t.Helper()
-	cmd := exec.Command(serveBinary(t), "serve", "--config", "examples/calculator_api/config.json", "--addr", addr)
+	args := append([]string{"serve", "--config", "examples/calculator_api/config.json", "--addr", addr}, flags...)
+	cmd := exec.Command(serveBinary(t), args...)
 	cmd.Dir = repoRoot
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
@@ -346,5 +348,72 @@ func TestPoolManyServers(t *testing.T) {
 	if len(left) > 0 {
 		exec.Command("docker", append([]string{"rm", "-f"}, left...)...).Run()
 		t.Errorf("containers of the killed server left behind: %v", left)
+	}
+}
+
+// TestPoolOpensConnectionsAtTheLimit holds more sessions on one server
+// than one connection may (serve --max-sessions-per-conn 2): the pool
+// opens a connection per two sessions, every session works, a group
+// larger than the limit and a session beyond MaxConnections are refused
+// as resource_exhausted, and a freed place is used again.
+func TestPoolOpensConnectionsAtTheLimit(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs Docker")
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Minute)
+	defer cancel()
+	proc := startServe(t, "127.0.0.1:0", "--max-sessions-per-conn", "2")
+	pool, err := gymclient.DialPool(ctx, []string{proc.url()}, gymclient.PoolOptions{MaxConnections: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	var sessions []*gymclient.Session
+	for i := range 6 {
+		s, _, err := pool.Reset(ctx, "calculator_api", gym.ResetRequest{})
+		if err != nil {
+			t.Fatalf("reset %d: %v", i, err)
+		}
+		sessions = append(sessions, s)
+	}
+	if st := pool.Servers()[0]; st.Connections != 3 || st.Sessions != 6 {
+		t.Fatalf("server status %+v, want 3 connections holding 6 sessions", st)
+	}
+	clients := map[*gymclient.Client]int{}
+	for _, s := range sessions {
+		clients[s.Client()]++
+		if _, err := s.Step(ctx, echo); err != nil {
+			t.Fatalf("step: %v", err)
+		}
+	}
+	for c, n := range clients {
+		if n != 2 {
+			t.Errorf("a connection holds %d sessions, want 2 (%p)", n, c)
+		}
+	}
+	if _, _, err := pool.Reset(ctx, "calculator_api", gym.ResetRequest{}); !errors.Is(err, gym.ErrResourceExhausted) {
+		t.Fatalf("seventh reset with 3 full connections: %v, want resource_exhausted", err)
+	}
+	if _, err := sessions[0].Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := pool.ResetGroup(ctx, "calculator_api", gym.ResetRequest{}, 3); !errors.Is(err, gym.ErrResourceExhausted) {
+		t.Fatalf("group of 3 with max_sessions_per_connection 2: %v, want resource_exhausted", err)
+	}
+	s, _, err := pool.Reset(ctx, "calculator_api", gym.ResetRequest{})
+	if err != nil {
+		t.Fatalf("reset into the freed place: %v", err)
+	}
+	if s.Client() != sessions[0].Client() {
+		t.Errorf("the reset went to another connection than the one with room")
+	}
+	sessions[0] = s
+	for _, s := range sessions {
+		if _, err := s.Close(ctx); err != nil {
+			t.Errorf("close: %v", err)
+		}
+	}
+	if n := proc.openSessions(t); n != 0 {
+		t.Errorf("server holds %d sessions after closing them", n)
 	}
 }
