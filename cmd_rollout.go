@@ -112,7 +112,7 @@ func rolloutWith(ctx context.Context, args []string, stdout, stderr io.Writer, l
 	fs.SetOutput(stderr)
 	fs.StringVar(&f.model, "llm-model", "", "model id (default: llm_config.model, else "+policy.DefaultModel+")")
 	fs.StringVar(&f.apiKey, "llm-api-key", "", "API key (default: $OPENROUTER_API_KEY, then $OPENAI_API_KEY, then llm_config.api_key)")
-	fs.StringVar(&f.baseURL, "llm-base-url", "", "API base URL, used as given (default: llm_config.base_url, else "+policy.DefaultBaseURL+")")
+	fs.StringVar(&f.baseURL, "llm-base-url", "", "API base URL, used as given (default: llm_config.base_url, else $OPENAI_BASE_URL, else "+policy.DefaultBaseURL+")")
 	fs.Float64Var(&f.temperature, "llm-temperature", 0, "sampling temperature (default: llm_config.temperature, else 0.7)")
 	fs.IntVar(&f.maxTokens, "llm-max-tokens", 0, "maximum tokens per answer (default: llm_config.max_tokens, else 4096)")
 	fs.Var(&f.timeout, "llm-timeout", "timeout of one API call, in seconds (default: llm_config.timeout, else 60)")
@@ -444,6 +444,11 @@ func selectPolicy(cfg *config.Config, f *rolloutFlags, logger *slog.Logger) (pol
 // returns the config with where its API key came from.
 func llmConfig(l config.LLM, f *rolloutFlags) (policy.Config, string) {
 	pc := policy.DefaultConfig()
+	// The OpenAI SDKs' variable (the Agentic Rollout Library seed reads
+	// it too) comes before the default, after llm_config and the flag.
+	if v := os.Getenv("OPENAI_BASE_URL"); v != "" {
+		pc.BaseURL = v
+	}
 	// llm_config holds only what the file set.
 	if l.Model != "" {
 		pc.Model = l.Model

@@ -23,6 +23,7 @@ import (
 	"github.com/gymserver/gymserver/envs/config"
 	"github.com/gymserver/gymserver/gym"
 	"github.com/gymserver/gymserver/gym/gymtest"
+	"github.com/gymserver/gymserver/policy"
 	"github.com/gymserver/gymserver/policy/rollout"
 	"github.com/gymserver/gymserver/server"
 )
@@ -146,6 +147,27 @@ func TestRolloutAPIKeyPrecedence(t *testing.T) {
 			_, source := llmConfig(cfg, &rolloutFlags{apiKey: tt.flag, set: map[string]bool{}})
 			if source != tt.want {
 				t.Errorf("key from %q, want %q", source, tt.want)
+			}
+		})
+	}
+}
+
+func TestRolloutBaseURLPrecedence(t *testing.T) {
+	tests := []struct {
+		name, flag, config, env, want string
+	}{
+		{"flag", "http://flag/v1", "http://config/v1", "http://env/v1", "http://flag/v1"},
+		{"config", "", "http://config/v1", "http://env/v1", "http://config/v1"},
+		{"env", "", "", "http://env/v1", "http://env/v1"},
+		{"default", "", "", "", policy.DefaultBaseURL},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Setenv("OPENAI_BASE_URL", tt.env)
+			f := &rolloutFlags{baseURL: tt.flag, set: map[string]bool{"llm-base-url": tt.flag != ""}}
+			pc, _ := llmConfig(config.LLM{BaseURL: tt.config}, f)
+			if pc.BaseURL != tt.want {
+				t.Errorf("base URL %q, want %q", pc.BaseURL, tt.want)
 			}
 		})
 	}
