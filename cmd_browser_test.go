@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"html"
+	"math"
 	"net/http"
 	"os"
 	"os/exec"
@@ -511,6 +512,57 @@ func TestBrowserViewer(t *testing.T) {
 	for _, id := range []string{"reward-histogram", "task-success", "step-latency", "time-mean"} {
 		if !strings.Contains(dom, `id="`+id+`"><svg`) {
 			t.Errorf("plot #%s is not drawn", id)
+		}
+	}
+}
+
+// TestBrowserCompare opens the comparison page of two rollouts (`gymserver
+// view A B`) in Chromium: its stats rows and its task row with B − A are
+// what the stats files say, and every plot is drawn with a size.
+func TestBrowserCompare(t *testing.T) {
+	browser := chromium(t)
+	a, b := viewRollout(t), viewRollout(t)
+	if code, _, stderr := viewCmd(t, a, b); code != 0 {
+		t.Fatalf("view A B: exit %d, stderr:\n%s", code, stderr)
+	}
+	var sa, sb rollout.Stats
+	readFile(t, rollout.StatsPath(a), &sa)
+	readFile(t, rollout.StatsPath(b), &sb)
+	page := strings.TrimSuffix(a, ".json") + ".compare.html"
+
+	br := startBrowser(t, browser)
+	br.open("file://"+page, `document.getElementById("compare-tasks") !== null`)
+	br.screenshot("compare", "", 1400)
+	dom := br.dom()
+	stats := cells(t, dom, "compare-stats")
+	if len(stats) != 2 {
+		t.Fatalf("stats table rows %q, want A and B", stats)
+	}
+	for i, o := range []rollout.Aggregate{sa.Overall, sb.Overall} {
+		want := []string{strconv.Itoa(o.Episodes), strconv.Itoa(o.Scored), strconv.Itoa(o.Successes),
+			strconv.FormatFloat(100*o.SuccessRate, 'f', 1, 64) + "%", strconv.FormatFloat(o.MeanReward, 'f', 3, 64)}
+		if len(stats[i]) < len(want) || fmt.Sprint(stats[i][:len(want)]) != fmt.Sprint(want) {
+			t.Errorf("stats row %c %q, the stats file says %q", 'A'+i, stats[i], want)
+		}
+	}
+	ta, tb := sa.Tasks["echo/echo"], sb.Tasks["echo/echo"]
+	tasks := cells(t, dom, "compare-tasks")
+	if len(tasks) != 1 || len(tasks[0]) != 9 {
+		t.Fatalf("task table rows %q, want one task with 9 cells", tasks)
+	}
+	row := tasks[0]
+	if row[0] != "echo/echo" || row[1] != strconv.Itoa(ta.Episodes) || row[4] != strconv.Itoa(tb.Episodes) ||
+		row[3] != strconv.FormatFloat(ta.MeanReward, 'f', 3, 64) || row[6] != strconv.FormatFloat(tb.MeanReward, 'f', 3, 64) {
+		t.Errorf("task row %q; stats A %+v, B %+v", row, ta, tb)
+	}
+	delta, err := strconv.ParseFloat(strings.TrimPrefix(row[8], "+"), 64)
+	if err != nil || math.Abs(delta-(tb.MeanReward-ta.MeanReward)) > 0.0005 {
+		t.Errorf("B − A mean reward %q, want %.3f", row[8], tb.MeanReward-ta.MeanReward)
+	}
+	for _, id := range []string{"reward-histogram-a", "reward-histogram-b", "step-latency-a", "step-latency-b", "time-mean-a", "time-mean-b"} {
+		w, _ := br.eval(`(function () { const s = document.querySelector("#` + id + ` svg"); return s ? s.getBoundingClientRect().width : 0; })()`).(float64)
+		if w <= 0 {
+			t.Errorf("plot #%s is not drawn (width %v)", id, w)
 		}
 	}
 }
