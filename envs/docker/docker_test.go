@@ -431,3 +431,41 @@ print(os.path.isfile(c), os.access(c, os.R_OK), os.access(c, os.W_OK), os.access
 		t.Errorf("wc -m of two characters and the locale archive: %q (stderr %q, %v)", r.Stdout, r.Stderr, err)
 	}
 }
+
+// TestOOMKillReported checks that a command the memory limit kills is
+// reported as such, each time (the executor keeps the cgroup's counter
+// open and rereads it), and that the commands around it are not.
+func TestOOMKillReported(t *testing.T) {
+	p, _ := newProvider(t)
+	ctx := t.Context()
+	image, err := p.Prepare(ctx, sandbox.ImageSpec{BaseImage: baseimage.Python, WorkDir: "/workspace"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sb, err := p.Create(ctx, sandbox.Spec{Image: image, WorkDir: "/workspace", Resources: sandbox.Resources{MemoryBytes: 96 << 20}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sb.Close(context.Background())
+	// A bytearray is zero-filled: its pages are touched, so the kernel's
+	// OOM killer ends the process (SIGKILL) rather than malloc failing.
+	hog := sandbox.ExecRequest{Argv: []string{"python3", "-c", "b = bytearray(512 << 20)"}, Timeout: time.Minute}
+	calm := sandbox.ExecRequest{Argv: []string{"echo", "ok"}, Timeout: time.Minute}
+	for i := range 2 {
+		r, err := sb.Exec(ctx, calm)
+		if err != nil || r.OOMKilled || string(r.Stdout) != "ok\n" {
+			t.Fatalf("round %d: calm command before the hog: %+v, %v", i, r, err)
+		}
+		r, err = sb.Exec(ctx, hog)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !r.OOMKilled || r.Signal != "SIGKILL" {
+			t.Fatalf("round %d: hog: oom %v signal %q exit %d stderr %q", i, r.OOMKilled, r.Signal, r.ExitCode, r.Stderr)
+		}
+	}
+	r, err := sb.Exec(ctx, calm)
+	if err != nil || r.OOMKilled {
+		t.Fatalf("calm command after the hogs: %+v, %v", r, err)
+	}
+}

@@ -436,3 +436,57 @@ func BenchmarkExecEchoLocal(b *testing.B) {
 		}
 	}
 }
+
+// TestNoDescriptorLeak runs commands that end every way a command can
+// (exit 0, exit 1, a failed start, a timeout, in the background) and
+// checks that the executor holds no more file descriptors afterwards: each
+// child's pidfd and pipes are closed.
+func TestNoDescriptorLeak(t *testing.T) {
+	c, cmd, _ := startExecutor(t)
+	ctx := t.Context()
+	fds := func() int {
+		ents, err := os.ReadDir("/proc/" + strconv.Itoa(cmd.Process.Pid) + "/fd")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(ents)
+	}
+	reqs := []sandbox.ExecRequest{
+		{Argv: sh("echo hi")},
+		{Argv: sh("exit 1")},
+		{Argv: []string{"/nonexistent/binary"}},
+		{Argv: sh("sleep 10"), Timeout: 50 * time.Millisecond},
+		{Argv: sh("sleep 0.05"), Background: true},
+	}
+	run := func() {
+		for _, req := range reqs {
+			if _, err := c.Exec(ctx, req); err != nil && !strings.Contains(err.Error(), "nonexistent") {
+				t.Fatalf("%v: %v", req.Argv, err)
+			}
+		}
+	}
+	run() // the runtime's own descriptors (poller, pipes) exist from here
+	// Background commands end by themselves; their waiters close their
+	// pidfds when they do.
+	before := -1
+	deadline := time.Now().Add(5 * time.Second)
+	for time.Now().Before(deadline) {
+		if n := fds(); n == before {
+			break
+		} else {
+			before = n
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	for range 10 {
+		run()
+	}
+	after := fds()
+	for after > before && time.Now().Before(deadline.Add(5*time.Second)) {
+		time.Sleep(50 * time.Millisecond)
+		after = fds()
+	}
+	if after > before {
+		t.Errorf("the executor holds %d descriptors after 50 commands, %d before", after, before)
+	}
+}

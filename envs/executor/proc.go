@@ -1,10 +1,13 @@
 package executor
 
 import (
+	"errors"
+	"io"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 )
 
@@ -77,21 +80,47 @@ func killTree(pid int) {
 	}
 }
 
-// oomKills reads the memory cgroup's count of OOM kills, or -1 when no
-// counter is readable (cgroup v2 memory.events, then v1 memory.oom_control).
-func oomKills() int64 {
-	for _, f := range []string{"/sys/fs/cgroup/memory.events", "/sys/fs/cgroup/memory/memory.oom_control"} {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			continue
+// oomCounter reads the memory cgroup's count of OOM kills. Every command
+// reads it twice, so the counter's file stays open and a read is one pread
+// from offset 0 (which makes the kernel render the file afresh) instead of
+// a path walk, an open and a close.
+type oomCounter struct {
+	// mu guards the fields below.
+	mu     sync.Mutex
+	opened bool
+	f      *os.File // nil when no counter is readable
+	buf    []byte
+}
+
+// oomFiles are where the count may be: cgroup v2, then v1.
+var oomFiles = []string{"/sys/fs/cgroup/memory.events", "/sys/fs/cgroup/memory/memory.oom_control"}
+
+// kills returns the count, or -1 when no counter is readable.
+func (o *oomCounter) kills() int64 {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if !o.opened {
+		o.opened = true
+		for _, name := range oomFiles {
+			if f, err := os.Open(name); err == nil {
+				o.f = f
+				break
+			}
 		}
-		for _, line := range strings.Split(string(b), "\n") {
-			k, v, ok := strings.Cut(line, " ")
-			if ok && k == "oom_kill" {
-				n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
-				if err == nil {
-					return n
-				}
+		o.buf = make([]byte, 4096)
+	}
+	if o.f == nil {
+		return -1
+	}
+	n, err := o.f.ReadAt(o.buf, 0)
+	if err != nil && !errors.Is(err, io.EOF) {
+		return -1
+	}
+	for _, line := range strings.Split(string(o.buf[:n]), "\n") {
+		k, v, ok := strings.Cut(line, " ")
+		if ok && k == "oom_kill" {
+			if n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64); err == nil {
+				return n
 			}
 		}
 	}

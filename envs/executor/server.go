@@ -14,6 +14,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"runtime"
 	"sort"
 	"strconv"
 	"sync"
@@ -77,9 +78,10 @@ func Main(args []string) int {
 			*workdir, _ = os.Getwd()
 		}
 		logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+		tuneRuntime()
 		ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
 		defer stop()
-		if err := Serve(ctx, os.Stdin, os.Stdout, Options{WorkDir: *workdir, Agent: cred, Logger: logger}); err != nil {
+		if err := Serve(ctx, pollableStdin(), os.Stdout, Options{WorkDir: *workdir, Agent: cred, Logger: logger}); err != nil {
 			logger.Error("executor stopped", "err", err)
 			return 1
 		}
@@ -87,6 +89,18 @@ func Main(args []string) int {
 	}
 	fmt.Fprintf(os.Stderr, "executor: unknown mode %q\n", args[0])
 	return 2
+}
+
+// tuneRuntime sets the Go runtime of the executor process for its work:
+// one goroutine at a time is enough to move frames and wait for children,
+// and with one P no second thread is woken to look for work each time a
+// goroutine becomes ready (in a sandbox capped at one CPU, those wake-ups
+// are CPU the agent's commands do not get). It leaves GOMAXPROCS alone
+// when the environment sets it.
+func tuneRuntime() {
+	if os.Getenv("GOMAXPROCS") == "" {
+		runtime.GOMAXPROCS(1)
+	}
 }
 
 // server is the state of one Serve call.
@@ -112,6 +126,9 @@ type server struct {
 	// sh is guarded by holding it.
 	shellTurn chan struct{}
 	sh        *shell
+
+	// oom counts the sandbox's OOM kills.
+	oom oomCounter
 }
 
 // Serve answers requests read from r, writing responses to w, until r ends
@@ -276,7 +293,8 @@ func (s *server) exec(ctx context.Context, req request) response {
 	cmd := exec.Command(req.Argv[0], req.Argv[1:]...)
 	cmd.Dir = s.abs(req.Dir)
 	env := os.Environ()
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	pidfd := pidfdSlot()
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, PidFD: pidfd}
 	if a := s.opts.Agent; a != nil && !req.Priv {
 		env = a.env(env)
 		cmd.SysProcAttr.Credential = a.sysCred()
@@ -285,11 +303,15 @@ func (s *server) exec(ctx context.Context, req request) response {
 	if req.Background {
 		// Output is discarded (nil means /dev/null).
 		if err := cmd.Start(); err != nil {
+			closePidfd(*pidfd)
 			return response{ID: req.ID, ErrKind: startKind(err), Err: err.Error()}
 		}
 		pid := cmd.Process.Pid
 		s.started(pid)
-		go func() { _ = cmd.Wait() }() // reap it; KillAll ends it
+		go func() { // reap it; KillAll ends it
+			awaitExit(*pidfd)
+			_ = cmd.Wait()
+		}()
 		return response{ID: req.ID, PID: pid, ExitCode: -1}
 	}
 	stdout, stderr := newCapture(maxOut), newCapture(maxOut)
@@ -323,9 +345,10 @@ func (s *server) exec(ctx context.Context, req request) response {
 	}
 	cmd.Stdout, cmd.Stderr = outPipe.w, errPipe.w
 
-	oomBefore := oomKills()
+	oomBefore := s.oom.kills()
 	start := time.Now()
 	if err := cmd.Start(); err != nil {
+		closePidfd(*pidfd)
 		outPipe.close()
 		errPipe.close()
 		return response{ID: req.ID, ErrKind: startKind(err), Err: err.Error()}
@@ -338,7 +361,10 @@ func (s *server) exec(ctx context.Context, req request) response {
 		rep.started()
 	}
 	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
+	go func() {
+		awaitExit(*pidfd)
+		done <- cmd.Wait()
+	}()
 	var killed bool
 	select {
 	case err := <-done:
@@ -370,7 +396,7 @@ func (s *server) exec(ctx context.Context, req request) response {
 	}
 	resp := response{ID: req.ID, DurationNS: dur.Nanoseconds(), ExitCode: -1}
 	resp.setStatus(cmd.ProcessState)
-	resp.finish(cctx, killed, oomBefore, stdout, stderr)
+	resp.finish(cctx, killed, oomBefore, s.oom.kills(), stdout, stderr)
 	if rep != nil {
 		// Whatever the command left behind could still write to the
 		// report: everything goes before the report is read to its end.
@@ -402,10 +428,10 @@ func (r *response) setStatus(st *os.ProcessState) {
 }
 
 // finish completes the response of a command: killed says the command
-// was killed for its context cctx (timeout or cancel), oomBefore is the
-// OOM kill count read before it started, and stdout and stderr hold its
-// output.
-func (r *response) finish(cctx context.Context, killed bool, oomBefore int64, stdout, stderr *capture) {
+// was killed for its context cctx (timeout or cancel), oomBefore and
+// oomAfter are the OOM kill counts read before it started and after it
+// ended, and stdout and stderr hold its output.
+func (r *response) finish(cctx context.Context, killed bool, oomBefore, oomAfter int64, stdout, stderr *capture) {
 	if killed {
 		r.ExitCode = -1
 		if r.Signal == "" {
@@ -413,7 +439,7 @@ func (r *response) finish(cctx context.Context, killed bool, oomBefore int64, st
 		}
 		r.TimedOut = errors.Is(cctx.Err(), context.DeadlineExceeded)
 	}
-	if oomBefore >= 0 && oomKills() > oomBefore {
+	if oomBefore >= 0 && oomAfter > oomBefore {
 		r.OOMKilled = true
 	}
 	r.Stdout, r.StdoutDropped = stdout.bytes()

@@ -343,7 +343,7 @@ func (s *server) shellExec(ctx context.Context, req request) response {
 			drained = true
 		}
 	}
-	oomBefore := oomKills()
+	oomBefore := s.oom.kills()
 	start := time.Now()
 	resp := response{ID: req.ID, ExitCode: -1}
 	if _, err := sh.in.Write([]byte(script)); err != nil && sh.alive() {
@@ -407,7 +407,7 @@ func (s *server) shellExec(ctx context.Context, req request) response {
 			resp.setStatus(st)
 		}
 	}
-	resp.finish(cctx, killed, oomBefore, stdout, stderr)
+	resp.finish(cctx, killed, oomBefore, s.oom.kills(), stdout, stderr)
 	return resp
 }
 

@@ -1,0 +1,176 @@
+package executor_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gymserver/gymserver/envs/executor"
+	"github.com/gymserver/gymserver/envs/sandbox"
+)
+
+// BenchmarkExecutorCost measures what the executor process itself spends
+// (its own CPU and the context switches of its threads, children not
+// included) per `/bin/sh -c "echo hi"` it runs, as the agent (uid 1000),
+// driven over pipes as in a sandbox. Two paces: back to back (a busy
+// session), and with a pause between commands (a session among many, whose
+// executor goes idle between steps). With $GYMSERVER_BASE_EXECUTOR naming
+// a baseline binary (e.g. built from an earlier commit), both binaries run,
+// alternating in rounds, and the baseline's figures are printed beside
+// ours (NAME=PATH,NAME=PATH compares several). It must run as root (to act as the agent); otherwise it skips.
+//
+// Run: GYMSERVER_BASE_EXECUTOR=/tmp/base-gymexec go test -run '^$' -bench ExecutorCost -benchtime 400x ./envs/executor/
+func BenchmarkExecutorCost(b *testing.B) {
+	if os.Getuid() != 0 {
+		b.Skip("needs root to run commands as the agent")
+	}
+	type arm struct{ name, bin string }
+	var arms []arm
+	// A list of NAME=PATH, comma-separated, compares several; a bare
+	// path is named "base".
+	for _, v := range strings.Split(os.Getenv("GYMSERVER_BASE_EXECUTOR"), ",") {
+		if v == "" {
+			continue
+		}
+		name, path, ok := strings.Cut(v, "=")
+		if !ok {
+			name, path = "base", v
+		}
+		arms = append(arms, arm{name, path})
+	}
+	arms = append(arms, arm{"ours", gymexecBinary(b)})
+	for _, pace := range []time.Duration{0, 20 * time.Millisecond} {
+		b.Run(fmt.Sprintf("pause=%s", pace), func(b *testing.B) {
+			cpu := map[string][]float64{}
+			sw := map[string][]float64{}
+			const rounds = 3
+			for round := 0; round < rounds; round++ {
+				for _, a := range arms {
+					c, s := executorCost(b, a.bin, b.N, pace)
+					cpu[a.name] = append(cpu[a.name], c)
+					sw[a.name] = append(sw[a.name], s)
+				}
+			}
+			var line []string
+			for _, a := range arms {
+				c, s := middle(cpu[a.name]), middle(sw[a.name])
+				b.ReportMetric(c, a.name+"_cpu_us/cmd")
+				b.ReportMetric(s, a.name+"_switches/cmd")
+				line = append(line, fmt.Sprintf("%s: executor CPU %.0f µs/command (rounds %.0f), %.1f context switches/command (rounds %.1f)",
+					a.name, c, cpu[a.name], s, sw[a.name]))
+			}
+			b.Logf("%d commands per round, pause %s, median of %d rounds; %s; %s", b.N, pace, rounds, strings.Join(line, "; "), loadavg())
+		})
+	}
+}
+
+// executorCost starts binary bin as an executor acting as uid 1000, has
+// it run n commands, one after the other with pause between them, and
+// returns its own CPU time (µs) and context switches per command.
+func executorCost(b *testing.B, bin string, n int, pause time.Duration) (cpuUS, switches float64) {
+	b.Helper()
+	// Not b.TempDir: its parent is closed to the agent.
+	work, err := os.MkdirTemp("", "executor-cost-")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer os.RemoveAll(work)
+	if err := os.Chmod(work, 0o777); err != nil {
+		b.Fatal(err)
+	}
+	cmd := exec.Command(bin, "serve", "--workdir", work, "--agent", "1000:1000")
+	// The executor's runtime is as in a sandbox: no GOMAXPROCS from here.
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "GOMAXPROCS=") && !strings.HasPrefix(kv, "GOGC=") {
+			cmd.Env = append(cmd.Env, kv)
+		}
+	}
+	stdin, _ := cmd.StdinPipe()
+	stdout, _ := cmd.StdoutPipe()
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	c := executor.NewClient(stdout, stdin)
+	defer func() {
+		c.Close()
+		cmd.Process.Kill()
+		cmd.Wait()
+	}()
+	ctx := context.Background()
+	req := sandbox.ExecRequest{Argv: []string{"/bin/sh", "-c", "echo hi"}, Timeout: time.Minute}
+	run := func() {
+		r, err := c.Exec(ctx, req)
+		if err != nil || r.ExitCode != 0 || string(r.Stdout) != "hi\n" {
+			b.Fatalf("exec: %v, exit %d, stdout %q, stderr %q", err, r.ExitCode, r.Stdout, r.Stderr)
+		}
+	}
+	run() // the executor is started and warm
+	pid := cmd.Process.Pid
+	cpu0, sw0 := processCPU(pid), threadSwitches(pid)
+	for range n {
+		if pause > 0 {
+			time.Sleep(pause)
+		}
+		run()
+	}
+	cpu1, sw1 := processCPU(pid), threadSwitches(pid)
+	return float64((cpu1 - cpu0).Microseconds()) / float64(n), float64(sw1-sw0) / float64(n)
+}
+
+// processCPU is the user and system time of pid's threads, children not
+// included.
+func processCPU(pid int) time.Duration {
+	data, _ := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	s := string(data)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+	if len(f) < 13 {
+		return 0
+	}
+	ut, _ := strconv.ParseInt(f[11], 10, 64)
+	st, _ := strconv.ParseInt(f[12], 10, 64)
+	return time.Duration(ut+st) * (time.Second / 100) // USER_HZ
+}
+
+// threadSwitches is the number of context switches of every thread of
+// pid, voluntary or not.
+func threadSwitches(pid int) int64 {
+	tasks, _ := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	var n int64
+	for _, t := range tasks {
+		st, _ := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/status", pid, t.Name()))
+		for _, l := range strings.Split(string(st), "\n") {
+			if k, v, ok := strings.Cut(l, ":"); ok && strings.HasSuffix(k, "ctxt_switches") {
+				x, _ := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+				n += x
+			}
+		}
+	}
+	return n
+}
+
+// middle is the median of xs.
+func middle(xs []float64) float64 {
+	s := append([]float64(nil), xs...)
+	sort.Float64s(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+// loadavg is the host's load average, for the benchmark log.
+func loadavg() string {
+	data, _ := os.ReadFile("/proc/loadavg")
+	f := strings.Fields(string(data))
+	if len(f) < 3 {
+		return "load average unknown"
+	}
+	return "load average " + strings.Join(f[:3], " ")
+}
