@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 	"unsafe"
@@ -631,9 +632,10 @@ func (d *restoreDirs) parent(e restoreEntry) (*os.Root, string, error) {
 	return sub, name, nil
 }
 
-// processUmask returns the process's umask, as /proc reports it, or
-// 0o777 (every mode set explicitly) when it cannot be read.
-func processUmask() fs.FileMode {
+// processUmask returns the process's umask, as /proc reports it when
+// first asked (the executor never changes it), or 0o777 (every mode set
+// explicitly) when it cannot be read.
+var processUmask = sync.OnceValue(func() fs.FileMode {
 	b, err := os.ReadFile("/proc/self/status")
 	if err != nil {
 		return 0o777
@@ -646,7 +648,7 @@ func processUmask() fs.FileMode {
 		}
 	}
 	return 0o777
-}
+})
 
 // replace puts one entry of a delta archive in place inside its
 // directory root, or writes a file root: what is there is replaced, but
