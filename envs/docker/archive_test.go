@@ -295,7 +295,8 @@ echo t > /tmp/t`, false)
 		t.Fatal(err)
 	}
 	const listing = `cd / && find workspace home/agent tmp -printf '%p %y %m %u:%g %s %l\n' | sort && ` +
-		`find workspace home/agent tmp -type f -exec sha256sum {} + | sort`
+		`find workspace home/agent tmp -type f -exec sha256sum {} + | sort && ` +
+		`find workspace home/agent tmp -type f -printf '%p modified %T@\n' | sort`
 	want, got := sh(t, src, listing, false), sh(t, dst, listing, false)
 	if got != want {
 		t.Errorf("restored files differ:\n--- agent's sandbox\n%s--- restored\n%s", want, got)

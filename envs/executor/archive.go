@@ -13,8 +13,10 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
+	"unsafe"
 )
 
 // Root is a place the agent can write: a directory whose whole tree is
@@ -470,6 +472,13 @@ type keptChild struct {
 // archive, of another type than directory, regular file, symbolic link or
 // hard link to an earlier file, or naming a file root as a directory, is
 // refused before anything changes.
+//
+// A restore touches only what it must: every operation on a sandbox's
+// files may be a round trip to a file-system daemon (fuse-overlayfs), so
+// each directory is opened once (restoreDirs), a directory root that a
+// delta archive only passes through is not opened at all, nothing is
+// looked up inside a directory the restore made itself, and a file gets
+// its mode and time through the descriptor it was written through.
 func (s *server) restore(roots []Root, data []byte) error {
 	if s.opts.Agent == nil {
 		return &kindError{kindInvalid, "restore: the executor has no agent identity"}
@@ -483,31 +492,25 @@ func (s *server) restore(roots []Root, data []byte) error {
 	if err != nil {
 		return err
 	}
-	open := map[string]*os.Root{}
-	defer func() {
-		for _, r := range open {
-			r.Close()
-		}
-	}()
-	for _, r := range roots {
-		if !r.Dir {
-			continue
-		}
-		rt, err := os.OpenRoot(r.Path)
-		if err != nil {
-			return fmt.Errorf("restore %s: %w", r.Path, err)
-		}
-		open[r.Path] = rt
-		if delta {
-			continue
-		}
-		list, err := fs.ReadDir(rt.FS(), ".")
-		if err != nil {
-			return fmt.Errorf("restore %s: %w", r.Path, err)
-		}
-		for _, e := range list {
-			if err := rt.RemoveAll(e.Name()); err != nil {
-				return fmt.Errorf("restore %s: clear: %w", r.Path, err)
+	d := &restoreDirs{open: map[string]*os.Root{}, made: map[string]fs.FileMode{}, umask: processUmask()}
+	defer d.close()
+	if !delta {
+		for _, r := range roots {
+			if !r.Dir {
+				continue
+			}
+			rt, err := d.root(r)
+			if err != nil {
+				return fmt.Errorf("restore %s: %w", r.Path, err)
+			}
+			list, err := fs.ReadDir(rt.FS(), ".")
+			if err != nil {
+				return fmt.Errorf("restore %s: %w", r.Path, err)
+			}
+			for _, e := range list {
+				if err := rt.RemoveAll(e.Name()); err != nil {
+					return fmt.Errorf("restore %s: clear: %w", r.Path, err)
+				}
 			}
 		}
 	}
@@ -525,11 +528,16 @@ func (s *server) restore(roots []Root, data []byte) error {
 	}
 	var dirs []restoreEntry
 	for _, e := range ents {
+		if delta && e.delta == deltaPass && e.rel == "." {
+			// A root the snapshot's sandbox did not change: it is the
+			// image's, as here.
+			continue
+		}
 		var err error
 		if delta {
-			err = replaceEntry(open[e.root.Path], e, children[path.Join(e.root.Path, e.rel)], s.opts.Agent.UID)
+			err = d.replace(e, children[path.Join(e.root.Path, e.rel)], s.opts.Agent.UID)
 		} else {
-			err = makeEntry(open[e.root.Path], e, false)
+			err = d.make(e, false)
 		}
 		if err != nil {
 			return fmt.Errorf("restore /%s: %w", strings.TrimSuffix(e.h.Name, "/"), err)
@@ -541,38 +549,132 @@ func (s *server) restore(roots []Root, data []byte) error {
 	// Directories get their mode and time last, deepest first: their
 	// content is in place and a read-only one could not be filled.
 	for _, e := range slices.Backward(dirs) {
-		rt := open[e.root.Path]
+		dir, name, err := d.parent(e)
+		if err != nil {
+			return fmt.Errorf("restore /%s: %w", e.h.Name, err)
+		}
 		mode := fs.FileMode(e.h.Mode).Perm()
 		if e.h.Mode&0o1000 != 0 {
 			mode |= fs.ModeSticky
 		}
 		if e.rel == "." {
 			// A root the agent does not own (/tmp) keeps its mode.
-			fi, err := rt.Lstat(".")
-			if st, ok := fi.Sys().(*syscall.Stat_t); err != nil || !ok || int(st.Uid) != s.opts.Agent.UID {
+			fi, err := dir.Lstat(".")
+			if st, ok := sysStat(fi); err != nil || !ok || int(st.Uid) != s.opts.Agent.UID {
 				continue
 			}
 		}
-		if err := rt.Chmod(e.rel, mode); err != nil {
-			return fmt.Errorf("restore /%s: %w", e.h.Name, err)
+		if made, ok := d.made[path.Join(e.root.Path, e.rel)]; !ok || made != mode {
+			if err := dir.Chmod(name, mode); err != nil {
+				return fmt.Errorf("restore /%s: %w", e.h.Name, err)
+			}
 		}
-		_ = rt.Chtimes(e.rel, time.Time{}, e.h.ModTime)
+		_ = dir.Chtimes(name, time.Time{}, e.h.ModTime)
 	}
 	return nil
 }
 
-// replaceEntry puts one entry of a delta archive in place inside its
-// directory root rt, or writes a file root (rt nil): what is there is
-// replaced, but for a directory, which stays and loses the children that
-// neither its kept list nor the archive (names) has; the kept children
-// must be there as they were in the snapshot's sandbox. A pass entry must
-// be a directory there. A regular file of the agent (uid agent) with no
-// other links is rewritten in place.
-func replaceEntry(rt *os.Root, e restoreEntry, names map[string]bool, agent int) error {
-	if rt == nil {
-		return makeEntry(rt, e, false)
+// restoreDirs are the directories one restore has opened, and those it
+// made.
+type restoreDirs struct {
+	// open are the directories opened so far, by absolute path: roots
+	// and directories below them.
+	open map[string]*os.Root
+	// made are the directories the restore made, by absolute path, with
+	// the mode they were made with: they hold only what the restore put
+	// there.
+	made map[string]fs.FileMode
+	// umask is the executor's, which the kernel applies to what it makes.
+	umask fs.FileMode
+}
+
+// close closes every directory d opened.
+func (d *restoreDirs) close() {
+	for _, r := range d.open {
+		r.Close()
 	}
-	fi, err := rt.Lstat(e.rel)
+}
+
+// root returns the directory root r, opened once.
+func (d *restoreDirs) root(r Root) (*os.Root, error) {
+	if rt, ok := d.open[r.Path]; ok {
+		return rt, nil
+	}
+	rt, err := os.OpenRoot(r.Path)
+	if err != nil {
+		return nil, err
+	}
+	d.open[r.Path] = rt
+	return rt, nil
+}
+
+// parent returns the directory that holds the entry e, opened once, and
+// e's name in it; for a directory root itself, the root and ".".
+func (d *restoreDirs) parent(e restoreEntry) (*os.Root, string, error) {
+	rt, err := d.root(e.root)
+	if err != nil || e.rel == "." {
+		return rt, ".", err
+	}
+	dir, name := path.Split(e.rel)
+	dir = strings.TrimSuffix(dir, "/")
+	if dir == "" {
+		return rt, name, nil
+	}
+	abs := path.Join(e.root.Path, dir)
+	if sub, ok := d.open[abs]; ok {
+		return sub, name, nil
+	}
+	sub, err := rt.OpenRoot(dir)
+	if err != nil {
+		return nil, "", err
+	}
+	d.open[abs] = sub
+	return sub, name, nil
+}
+
+// processUmask returns the process's umask, as /proc reports it when
+// first asked (the executor never changes it), or 0o777 (every mode set
+// explicitly) when it cannot be read.
+var processUmask = sync.OnceValue(func() fs.FileMode {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0o777
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "Umask:"); ok {
+			if m, err := strconv.ParseUint(strings.TrimSpace(v), 8, 32); err == nil {
+				return fs.FileMode(m) & fs.ModePerm
+			}
+		}
+	}
+	return 0o777
+})
+
+// replace puts one entry of a delta archive in place inside its
+// directory root, or writes a file root: what is there is replaced, but
+// for a directory, which stays and loses the children that neither its
+// kept list nor the archive (names) has; the kept children must be there
+// as they were in the snapshot's sandbox. A pass entry must be a
+// directory there. A regular file of the agent (uid agent) with no other
+// links is rewritten in place.
+func (d *restoreDirs) replace(e restoreEntry, names map[string]bool, agent int) error {
+	if !e.root.Dir {
+		return d.make(e, false)
+	}
+	abs := path.Join(e.root.Path, e.rel)
+	if _, ok := d.made[path.Dir(abs)]; ok && e.rel != "." {
+		// Nothing is in a directory the restore made but what it put
+		// there, and each name is once in an archive.
+		if e.delta == deltaPass {
+			return errors.New("not a directory as in the snapshot")
+		}
+		return d.make(e, false)
+	}
+	dir, name, err := d.parent(e)
+	if err != nil {
+		return err
+	}
+	fi, err := dir.Lstat(name)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		fi = nil
@@ -589,30 +691,30 @@ func replaceEntry(rt *os.Root, e restoreEntry, names map[string]bool, agent int)
 		if st, ok := sysStat(fi); ok && e.h.Typeflag == tar.TypeReg && fi.Mode().IsRegular() && st.Nlink == 1 && int(st.Uid) == agent {
 			// Rewritten in place: its directory may be one the agent
 			// cannot write to.
-			return makeEntry(rt, e, true)
+			return d.make(e, true)
 		}
 		if fi != nil {
-			if err := rt.RemoveAll(e.rel); err != nil {
+			if err := dir.RemoveAll(name); err != nil {
 				return err
 			}
 		}
-		return makeEntry(rt, e, false)
+		return d.make(e, false)
 	}
 	if fi != nil && !fi.IsDir() {
-		if err := rt.RemoveAll(e.rel); err != nil {
+		if err := dir.RemoveAll(name); err != nil {
 			return err
 		}
 		fi = nil
 	}
 	if fi == nil {
-		return makeEntry(rt, e, false)
+		return d.make(e, false)
 	}
 	if fi.Mode().Perm()&0o700 != 0o700 {
 		// Writable until its mode is set at the end, if the agent's; if
 		// not, what follows fails where the agent could not write.
-		_ = rt.Chmod(e.rel, fi.Mode().Perm()|0o700)
+		_ = dir.Chmod(name, fi.Mode().Perm()|0o700)
 	}
-	list, err := fs.ReadDir(rt.FS(), e.rel)
+	list, err := fs.ReadDir(dir.FS(), name)
 	if err != nil {
 		return err
 	}
@@ -622,13 +724,13 @@ func replaceEntry(rt *os.Root, e restoreEntry, names map[string]bool, agent int)
 	}
 	for _, c := range list {
 		if _, ok := kept[c.Name()]; !ok && !names[c.Name()] {
-			if err := rt.RemoveAll(path.Join(e.rel, c.Name())); err != nil {
+			if err := dir.RemoveAll(path.Join(name, c.Name())); err != nil {
 				return err
 			}
 		}
 	}
 	for _, k := range e.keep {
-		fi, err := rt.Lstat(path.Join(e.rel, k.name))
+		fi, err := dir.Lstat(path.Join(name, k.name))
 		if err != nil {
 			return fmt.Errorf("unchanged %s: %w", k.name, err)
 		}
@@ -779,49 +881,92 @@ func readArchive(roots []Root, data []byte) ([]restoreEntry, bool, error) {
 	}
 }
 
-// makeEntry makes one entry inside its directory root rt, or writes a file
-// root (rt nil); with inPlace, a regular file rewrites the one there.
-func makeEntry(rt *os.Root, e restoreEntry, inPlace bool) error {
+// make makes one entry inside its directory root, or writes a file root;
+// with inPlace, a regular file rewrites the one there. A directory is
+// made writable by the agent until restore sets its mode at the end.
+func (d *restoreDirs) make(e restoreEntry, inPlace bool) error {
 	mode := fs.FileMode(e.h.Mode).Perm()
+	if !e.root.Dir {
+		// A file root: it exists, in a directory the agent cannot
+		// write; only its content and mode can change.
+		f, err := os.OpenFile(e.root.Path, os.O_WRONLY|os.O_TRUNC|syscall.O_NOFOLLOW, 0)
+		if err != nil {
+			return err
+		}
+		return writeFile(f, e, true)
+	}
+	dir, name, err := d.parent(e)
+	if err != nil {
+		return err
+	}
 	switch e.h.Typeflag {
 	case tar.TypeDir:
 		if e.rel == "." {
 			return nil
 		}
-		// Private until its mode is set at the end.
-		return rt.Mkdir(e.rel, 0o700)
+		made := (mode | 0o700) &^ d.umask
+		if err := dir.Mkdir(name, mode|0o700); err != nil {
+			return err
+		}
+		d.made[path.Join(e.root.Path, e.rel)] = made
+		return nil
 	case tar.TypeSymlink:
-		return rt.Symlink(e.h.Linkname, e.rel)
+		return dir.Symlink(e.h.Linkname, name)
 	case tar.TypeLink:
+		// The target is an earlier file of the same root (readArchive).
+		rt, err := d.root(e.root)
+		if err != nil {
+			return err
+		}
 		return rt.Link(e.h.Linkname, e.rel)
 	}
 	var f *os.File
-	var err error
-	if rt == nil {
-		// A file root: it exists, in a directory the agent cannot
-		// write; only its content and mode can change.
-		f, err = os.OpenFile(e.root.Path, os.O_WRONLY|os.O_TRUNC|syscall.O_NOFOLLOW, 0)
-	} else if inPlace {
-		f, err = rt.OpenFile(e.rel, os.O_WRONLY|os.O_TRUNC|syscall.O_NOFOLLOW, 0)
+	if inPlace {
+		f, err = dir.OpenFile(name, os.O_WRONLY|os.O_TRUNC|syscall.O_NOFOLLOW, 0)
 	} else {
-		f, err = rt.OpenFile(e.rel, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, 0o600)
+		// Made with its mode: a file made read-only is still open for
+		// writing through the descriptor that made it.
+		f, err = dir.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, mode)
 	}
 	if err != nil {
 		return err
 	}
-	_, werr := f.Write(e.data)
-	cerr := f.Close()
-	if err := errors.Join(werr, cerr); err != nil {
-		return err
-	}
-	if rt == nil {
-		if err := os.Chmod(e.root.Path, mode); err != nil {
-			return err
-		}
-		return os.Chtimes(e.root.Path, time.Time{}, e.h.ModTime)
-	}
-	if err := rt.Chmod(e.rel, mode); err != nil {
-		return err
-	}
-	return rt.Chtimes(e.rel, time.Time{}, e.h.ModTime)
+	return writeFile(f, e, inPlace || mode&d.umask != 0)
 }
+
+// writeFile writes e's content to f, sets its mode if chmod, then its
+// modification time, and closes f.
+func writeFile(f *os.File, e restoreEntry, chmod bool) error {
+	_, err := f.Write(e.data)
+	if err == nil && chmod {
+		err = f.Chmod(fs.FileMode(e.h.Mode).Perm())
+	}
+	if err == nil {
+		err = setModTime(f, e.h.ModTime)
+	}
+	return errors.Join(err, f.Close())
+}
+
+// setModTime sets the modification time of the open file f, leaving its
+// access time (futimens).
+func setModTime(f *os.File, t time.Time) error {
+	ts := [2]syscall.Timespec{{Nsec: utimeOmit}, syscall.NsecToTimespec(t.UnixNano())}
+	c, err := f.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var errno syscall.Errno
+	err = c.Control(func(fd uintptr) {
+		_, _, errno = syscall.Syscall6(syscall.SYS_UTIMENSAT, fd, 0, uintptr(unsafe.Pointer(&ts[0])), 0, 0, 0)
+	})
+	if err != nil {
+		return err
+	}
+	if errno != 0 {
+		return &os.PathError{Op: "futimens", Path: f.Name(), Err: errno}
+	}
+	return nil
+}
+
+// utimeOmit is UTIME_OMIT: a time utimensat leaves as it is.
+const utimeOmit = (1 << 30) - 2
