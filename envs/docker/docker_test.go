@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"regexp"
 	"sort"
+	"strings"
 	"strconv"
 	"testing"
 	"time"
@@ -86,8 +87,18 @@ func TestContainerHardening(t *testing.T) {
 	if len(opts) == 0 || opts[0] != "no-new-privileges" && opts[0] != "no-new-privileges:true" {
 		t.Errorf("security options %v", opts)
 	}
-	if info.Config.User == "" || info.Config.User == "root" || info.Config.User == "0" {
-		t.Errorf("user %q", info.Config.User)
+	// The container's main process is the executor, root with the
+	// capabilities above (privilege separation); the agent's commands run
+	// as the agent's uid, which is not root.
+	if info.Config.User != "0:0" {
+		t.Errorf("container user %q, want the machinery's 0:0 (the executor)", info.Config.User)
+	}
+	r, err := sb.Exec(t.Context(), sandbox.ExecRequest{Argv: []string{"sh", "-c", "id -u; id -g; grep CapEff /proc/self/status"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f := strings.Fields(string(r.Stdout)); len(f) != 4 || f[0] == "0" || f[1] == "0" || f[3] != "0000000000000000" {
+		t.Errorf("an agent command runs as %q, want a non-root uid and gid without capabilities", r.Stdout)
 	}
 	l := info.Config.Labels
 	// The provider mints the session id; a caller's is not used.
