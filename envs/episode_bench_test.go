@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/base64"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -42,6 +43,10 @@ import (
 // remove the container), without the per-episode init commands. Run:
 //
 //	go test -run '^$' -bench 'Episode|Evaluate' -benchtime 8x ./envs/
+
+// episodeNoZygote adds ours without the verifier zygote to
+// BenchmarkEpisode.
+var episodeNoZygote = flag.Bool("episode.no-zygote", false, "BenchmarkEpisode: also run gymserver without the verifier zygote")
 
 // calculatorEnv loads calculator_api on p.
 func calculatorEnv(b *testing.B, p sandbox.Provider) (*envs.TaskEnv, config.Environment, []gym.ToolCall) {
@@ -273,31 +278,46 @@ func (st *episodeStats) report(b *testing.B, way string) {
 // API baseline, so that both see the same load on a shared machine. It
 // reports, for each way, episodes per minute (episodes over the rounds'
 // wall time), the p50 of one episode and the p50 of its evaluation. At
-// P = 8 the two CPUs of the CI machine are saturated.
+// P = 8 the two CPUs of the CI machine are saturated. Ours runs with the
+// verifier zygote (the default); with -episode.no-zygote each round also
+// runs P episodes of ours without it, reported as gymserver_no_zygote.
 func BenchmarkEpisode(b *testing.B) {
 	p, cli := dockertest.NewWith(b, docker.Options{})
 	e, ec, calls := calculatorEnv(b, p)
+	ef, _, _ := calculatorEnvWith(b, p, func(ec *config.Environment) {
+		off := false
+		ec.VerifierZygote = &off
+		ec.ID += "_no_zygote"
+	})
 	task := newAPITask(b, ec)
 	for _, par := range []int{1, 4, 8} {
 		b.Run(fmt.Sprintf("P=%d", par), func(b *testing.B) {
 			ctx := context.Background()
-			var ours, base episodeStats
+			var ours, fresh, base episodeStats
 			for range b.N {
-				d, err := round(par, func() error {
-					t0 := time.Now()
-					r, err := episode(ctx, e, calls)
-					if err != nil {
-						return err
+				for _, w := range []struct {
+					e  *envs.TaskEnv
+					st *episodeStats
+				}{{e, &ours}, {ef, &fresh}} {
+					if w.st == &fresh && !*episodeNoZygote {
+						continue
 					}
-					ours.add(time.Since(t0), time.Duration(r.Duration))
-					return nil
-				})
-				if err != nil {
-					b.Fatal(err)
+					d, err := round(par, func() error {
+						t0 := time.Now()
+						r, err := episode(ctx, w.e, calls)
+						if err != nil {
+							return err
+						}
+						w.st.add(time.Since(t0), time.Duration(r.Duration))
+						return nil
+					})
+					if err != nil {
+						b.Fatal(err)
+					}
+					w.st.wall += d
+					w.st.n += par
 				}
-				ours.wall += d
-				ours.n += par
-				d, err = round(par, func() error {
+				d, err := round(par, func() error {
 					t0 := time.Now()
 					ev, reward, err := apiEpisode(ctx, cli, task)
 					if err == nil && reward != 1 {
@@ -316,6 +336,9 @@ func BenchmarkEpisode(b *testing.B) {
 				base.n += par
 			}
 			ours.report(b, "gymserver")
+			if *episodeNoZygote {
+				fresh.report(b, "gymserver_no_zygote")
+			}
 			base.report(b, "docker_api")
 		})
 	}

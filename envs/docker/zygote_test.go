@@ -273,3 +273,42 @@ func TestZygoteFallsBack(t *testing.T) {
 		t.Logf("%q %v: %s", c.cmd, c.env, r.ZygoteMiss)
 	}
 }
+
+// TestZygoteDeadFallsBack kills the zygote (as root, as the out-of-memory
+// killer would): test commands run the usual way, and a new zygote op
+// starts a new one.
+func TestZygoteDeadFallsBack(t *testing.T) {
+	p, cli := newProvider(t)
+	ctx := t.Context()
+	image, err := p.Prepare(ctx, sandbox.ImageSpec{BaseImage: baseimage.Python, WorkDir: "/workspace"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sb, err := p.Create(ctx, sandbox.Spec{Image: image, WorkDir: "/workspace",
+		Files: []sandbox.File{{Path: "/workspace/tests/test_pass.py", Data: []byte("def test_a():\n    pass\n"), Mode: 0o644}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sb.Close(context.Background())
+	ds := sb.(*docker.Sandbox)
+	if st, err := ds.StartZygote(ctx, true); err != nil || !st.Ready {
+		t.Fatalf("zygote: %+v %v", st, err)
+	}
+	killed, err := dockerExec(ctx, cli, sb.ID(), []string{"/bin/sh", "-c",
+		`for p in /proc/[0-9]*; do if tr '\0' ' ' < $p/cmdline 2>/dev/null | grep -q "verifier zygote"; then kill -9 ${p#/proc/} && echo $p; fi; done`})
+	if err != nil || killed == "" {
+		t.Fatalf("kill the zygote: %q %v", killed, err)
+	}
+	cmd := sandbox.ExecRequest{Argv: []string{"/bin/sh", "-c", "python3 -m pytest -q tests"}, Env: testEnv,
+		Timeout: time.Minute, Report: true, Zygote: true}
+	r, err := sb.Exec(ctx, cmd)
+	if err != nil || r.ExitCode != 0 || r.ViaZygote || r.ZygoteMiss == "" {
+		t.Fatalf("with the zygote dead: exit %d via zygote %v (%s) %v", r.ExitCode, r.ViaZygote, r.ZygoteMiss, err)
+	}
+	if st, err := ds.StartZygote(ctx, true); err != nil || !st.Ready {
+		t.Fatalf("zygote again: %+v %v", st, err)
+	}
+	if r, err = sb.Exec(ctx, cmd); err != nil || r.ExitCode != 0 || !r.ViaZygote {
+		t.Fatalf("with a new zygote: exit %d via zygote %v (%s) %v", r.ExitCode, r.ViaZygote, r.ZygoteMiss, err)
+	}
+}

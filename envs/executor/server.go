@@ -404,11 +404,17 @@ func (s *server) exec(ctx context.Context, req request) response {
 	dur := time.Since(start)
 	if w.err != nil {
 		// The zygote died while its child ran: nothing of the command
-		// may outlive the call, and its status is unknown.
+		// may outlive the call. Out of memory, the child (the killer's
+		// first choice) went first, as the usual way's test process
+		// would have: the shell would report 128+SIGKILL. Otherwise the
+		// command's end is unknown, a failure of the machinery.
 		killTree(pid)
-		outPipe.finish(time.Now().Add(waitDelay))
-		errPipe.finish(time.Now().Add(waitDelay))
-		return response{ID: req.ID, ErrKind: kindOther, Err: w.err.Error()}
+		if oomBefore < 0 || oomKills() <= oomBefore {
+			outPipe.finish(time.Now().Add(waitDelay))
+			errPipe.finish(time.Now().Add(waitDelay))
+			return response{ID: req.ID, ErrKind: kindOther, Err: w.err.Error()}
+		}
+		w.ws = syscall.WaitStatus((128 + int(syscall.SIGKILL)) << 8)
 	}
 	// Output written before the exit is all in the pipes by now; a process
 	// left behind (`server &`) may hold them open: it is given waitDelay.

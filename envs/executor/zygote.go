@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -94,8 +95,10 @@ type zygote struct {
 	// readyIn is how long the zygote took to be ready.
 	readyIn time.Duration
 
-	// exited is closed when the process has ended.
+	// exited is closed when the process has ended; broken is set when its
+	// channel failed (it may not have been reaped yet).
 	exited chan struct{}
+	broken atomic.Bool
 	stderr bytes.Buffer
 
 	// turn is held by the one command using the zygote.
@@ -296,6 +299,9 @@ func (z *zygote) await(max time.Duration) bool {
 }
 
 func (z *zygote) dead() bool {
+	if z.broken.Load() {
+		return true
+	}
 	select {
 	case <-z.exited:
 		return true
@@ -360,10 +366,12 @@ func (z *zygote) fork(zr zygoteReq, stdout, stderr, report *os.File) (*zygoteChi
 		fds = append(fds, int(report.Fd()))
 	}
 	if _, _, err := z.conn.WriteMsgUnix(b, syscall.UnixRights(fds...), nil); err != nil {
+		z.broken.Store(true)
 		return nil, fmt.Errorf("zygote: send: %w", err)
 	}
 	var m zygoteMsg
 	if err := z.read(&m); err != nil {
+		z.broken.Store(true)
 		return nil, fmt.Errorf("zygote: %w", err)
 	}
 	if m.Error != "" || m.PID <= 0 {
@@ -376,9 +384,11 @@ func (z *zygote) fork(zr zygoteReq, stdout, stderr, report *os.File) (*zygoteChi
 func (c *zygoteChild) wait() (syscall.WaitStatus, error) {
 	var m zygoteMsg
 	if err := c.z.read(&m); err != nil {
+		c.z.broken.Store(true)
 		return 0, fmt.Errorf("zygote: waiting for pid %d: %w", c.pid, err)
 	}
 	if m.Status == nil || m.PID != c.pid {
+		c.z.broken.Store(true)
 		return 0, fmt.Errorf("zygote: unexpected message %+v waiting for pid %d", m, c.pid)
 	}
 	ws := syscall.WaitStatus(*m.Status)
