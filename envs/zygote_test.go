@@ -21,8 +21,10 @@ import (
 // whether it ran through the verifier zygote.
 type pathProvider struct {
 	sandbox.Provider
+	// mu guards the fields below.
 	mu    sync.Mutex
 	execs []sandbox.ExecResult
+	last  *pathSandbox
 }
 
 func (p *pathProvider) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sandbox, error) {
@@ -30,7 +32,24 @@ func (p *pathProvider) Create(ctx context.Context, spec sandbox.Spec) (sandbox.S
 	if err != nil {
 		return nil, err
 	}
-	return &pathSandbox{Sandbox: sb, p: p}, nil
+	ps := &pathSandbox{Sandbox: sb, p: p}
+	p.mu.Lock()
+	p.last = ps
+	p.mu.Unlock()
+	return ps, nil
+}
+
+// zygoteReady waits until the zygote of the last sandbox is ready, as it
+// is when the agent's turns outlast its start (they do not in a test).
+func (p *pathProvider) zygoteReady(t *testing.T) {
+	t.Helper()
+	p.mu.Lock()
+	sb := p.last
+	p.mu.Unlock()
+	st, err := sb.StartZygote(t.Context(), true)
+	if err != nil || !st.Ready {
+		t.Fatalf("zygote: %+v %v", st, err)
+	}
 }
 
 // take returns the recorded test commands and forgets them.
@@ -172,7 +191,7 @@ def test_env():
 		ec.UnitTests = []string{"python3 -m pytest tests/test_mix.py", "pytest tests/test_exit.py",
 			"python3 -m pytest tests/test_crash.py", "python3 -m pytest tests/test_signal.py",
 			"python3 -m pytest tests/test_hang.py", "python -m pytest tests/test_mix.py"}
-		ec.Timeouts.Test = 5 * time.Second
+		ec.Timeouts.Test = 20 * time.Second
 	}
 	var got [2][]string
 	for i, on := range []bool{true, false} {
@@ -181,6 +200,9 @@ def test_env():
 			ec.ID = "fix_inventory_twin_" + boolWord(on, "zygote")
 		})
 		s, _ := reset(t, e)
+		if on {
+			p.zygoteReady(t)
+		}
 		runShell(t, s, ec, "echo hello > notes.txt")
 		r := finish(t, s, ec)
 		ev := r.Info.Evaluation
@@ -233,6 +255,9 @@ func TestAttackPlantedRunnerFilesWithZygote(t *testing.T) {
 			files = append(files, d+"/zz_planted.pth", "import os; os._exit(6)\n")
 		}
 		writeFiles(t, s, ec, files...)
+		if on {
+			p.zygoteReady(t)
+		}
 		// The plants work where nothing stops them: in the agent's own
 		// Python.
 		if r := runShell(t, s, ec, "python3 -c pass; echo rc=$?"); !strings.Contains(r.Observation.Text, "rc=6") && !strings.Contains(r.Observation.Text, "rc=5") {
@@ -290,6 +315,7 @@ while True:
             pass
     time.sleep(0.001)
 `)
+	p.zygoteReady(t)
 	runShell(t, s, ec, "setsid python3 /tmp/lurk.py > /dev/null 2>&1 < /dev/null & sleep 1; ls /tmp/lurking")
 	r := finish(t, s, ec)
 	if ev := r.Info.Evaluation; r.Reward != 1 || ev.Tampered || ev.Mask {

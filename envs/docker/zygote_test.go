@@ -166,7 +166,7 @@ func TestZygoteEndings(t *testing.T) {
 	})
 	for _, name := range []string{"pass", "fail", "exit", "crash", "signal", "hang", "chatty", "collect"} {
 		cmd := "python3 -m pytest -q tests/test_" + name + ".py"
-		z, fresh := twin(t, sb, cmd, 3*time.Second)
+		z, fresh := twin(t, sb, cmd, 20*time.Second)
 		type ending struct {
 			Exit            int
 			Signal          string

@@ -304,8 +304,27 @@ func (s *server) exec(ctx context.Context, req request) response {
 	// Bounds only the stdin copy now: the output pipes are ours.
 	cmd.WaitDelay = waitDelay
 
-	cctx, stop := s.commandContext(ctx, req)
+	// The timeout starts with the process, after any wait for the zygote;
+	// a cancel op ends the wait too.
+	untimed := req
+	untimed.TimeoutMS = 0
+	cctx, stop := s.commandContext(ctx, untimed)
 	defer stop()
+	var zplan struct {
+		z       *zygote
+		req     zygoteReq
+		waited  time.Duration
+		why     string
+		running bool
+	}
+	if req.Zygote {
+		zplan.z, zplan.req, zplan.waited, zplan.why = s.zygotePlan(cctx, req, cmd.Env, cmd.Dir)
+	}
+	if req.TimeoutMS > 0 {
+		var cancel context.CancelFunc
+		cctx, cancel = context.WithTimeout(cctx, time.Duration(req.TimeoutMS)*time.Millisecond)
+		defer cancel()
+	}
 
 	var rep *reportPipe
 	if req.Report {
@@ -328,16 +347,6 @@ func (s *server) exec(ctx context.Context, req request) response {
 	}
 	cmd.Stdout, cmd.Stderr = outPipe.w, errPipe.w
 
-	var zplan struct {
-		z       *zygote
-		req     zygoteReq
-		waited  time.Duration
-		why     string
-		running bool
-	}
-	if req.Zygote {
-		zplan.z, zplan.req, zplan.waited, zplan.why = s.zygotePlan(req, cmd.Env, cmd.Dir)
-	}
 	oomBefore := oomKills()
 	start := time.Now()
 	var pid int

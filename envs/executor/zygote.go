@@ -43,9 +43,13 @@ import (
 var zygoteSource string
 
 // zygoteReadyWait bounds how long a command waits for a zygote still
-// importing pytest before it runs the usual way: the zygote's remaining
-// work is at most a fresh process's start, so a short wait pays.
-const zygoteReadyWait = 2 * time.Second
+// importing pytest before it runs the usual way. Waiting pays: what the
+// zygote has left is less than a new process's whole start, and its low
+// priority yields only to the sandbox's own processes, which are gone at
+// evaluation (CPU weights apply within the container's cgroup). The bound
+// is for a zygote that is stuck; it stays well below the grace the client
+// adds to a command's timeout, which starts after the wait.
+const zygoteReadyWait = 5 * time.Second
 
 // zygoteOOMScore makes the zygote the out-of-memory killer's choice after
 // the agent's processes (1000) and before the executor (0).
@@ -285,17 +289,25 @@ func (z *zygote) read(v any) error {
 	return json.Unmarshal(buf[:n], v)
 }
 
-// await waits up to max for the zygote to be ready and reports whether it
-// is.
-func (z *zygote) await(max time.Duration) bool {
+// await waits up to max for the zygote to be ready; it returns why it is
+// not, or "".
+func (z *zygote) await(ctx context.Context, max time.Duration) string {
 	t := time.NewTimer(max)
 	defer t.Stop()
 	select {
 	case <-z.ready:
-		return z.err == nil && !z.dead()
 	case <-t.C:
-		return false
+		return "the zygote was not ready in time"
+	case <-ctx.Done():
+		return "cancelled while waiting for the zygote"
 	}
+	switch {
+	case z.err != nil:
+		return z.err.Error()
+	case z.dead():
+		return "the zygote exited"
+	}
+	return ""
 }
 
 func (z *zygote) dead() bool {
@@ -458,8 +470,8 @@ func literalRune(r rune) bool {
 // zygotePlan decides whether exec request req, whose process would get
 // environment env (before de-duplication) and run in dir, runs through
 // the zygote, and returns the zygote, its request and the time spent
-// waiting for it; otherwise why not.
-func (s *server) zygotePlan(req request, env []string, dir string) (*zygote, zygoteReq, time.Duration, string) {
+// waiting for it (until ctx ends at most); otherwise why not.
+func (s *server) zygotePlan(ctx context.Context, req request, env []string, dir string) (*zygote, zygoteReq, time.Duration, string) {
 	var zr zygoteReq
 	a := s.opts.Agent
 	switch {
@@ -481,16 +493,11 @@ func (s *server) zygotePlan(req request, env []string, dir string) (*zygote, zyg
 		return nil, zr, 0, "no zygote started"
 	}
 	t0 := time.Now()
-	if !z.await(zygoteReadyWait) {
-		if z.err != nil {
-			return nil, zr, time.Since(t0), z.err.Error()
-		}
-		if z.dead() {
-			return nil, zr, time.Since(t0), "the zygote exited"
-		}
-		return nil, zr, time.Since(t0), "the zygote was not ready in time"
-	}
+	why := z.await(ctx, zygoteReadyWait)
 	waited := time.Since(t0)
+	if why != "" {
+		return nil, zr, waited, why
+	}
 	env = dedupEnv(env)
 	m := envMap(env)
 	// What Python fixes when it starts must be what the zygote started
@@ -525,7 +532,6 @@ func (s *server) zygotePlan(req request, env []string, dir string) (*zygote, zyg
 		return nil, zr, waited, "the zygote found no system pytest script"
 	}
 	var path string
-	var why string
 	err := asAgent(a, func() error {
 		path, why = lookPathSame(prog, m["PATH"], want)
 		if why != "" {
