@@ -88,6 +88,9 @@ def _serve(sock):
             _send(sock, {"error": "fork: %s" % e})
             continue
         if pid == 0:
+            # The child's copy of the channel goes now, and with it the
+            # socket object's claim on fd 3 (which the report takes).
+            sock.close()
             return req, fds
         for fd in fds:
             os.close(fd)
