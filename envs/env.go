@@ -527,7 +527,40 @@ func (t *task) start(ctx context.Context, image string, files []sandbox.File, ex
 	id := sb.SessionID()
 	s := &session{env: e, task: t, id: id, sb: sb, start: time.Now(), image: image, files: files}
 	t.log.Info("session started", "session_id", id, "sandbox", shortID(sb.ID()))
+	t.startZygote(ctx, sb)
 	return s, nil
+}
+
+// startZygote starts the sandbox's verifier zygote, without waiting for
+// it, when the task's evaluation can use it: the option is on and a test
+// command runs pytest. It is an optimisation: a sandbox that cannot keep
+// one evaluates the usual way, so failures are only logged.
+func (t *task) startZygote(ctx context.Context, sb sandbox.Sandbox) {
+	zs, ok := sb.(sandbox.ZygoteStarter)
+	if !ok || !t.useZygote() {
+		return
+	}
+	st, err := zs.StartZygote(ctx, false)
+	switch {
+	case err != nil:
+		t.log.Warn("verifier zygote did not start", "sandbox", shortID(sb.ID()), "err", err)
+	case st.Error != "":
+		t.log.Debug("no verifier zygote", "sandbox", shortID(sb.ID()), "reason", st.Error)
+	}
+}
+
+// useZygote reports whether the task's test commands may run through the
+// verifier zygote.
+func (t *task) useZygote() bool {
+	if t.src.HarborTask != nil || !t.cfg.ZygoteOn() {
+		return false
+	}
+	for _, cmd := range t.cfg.UnitTests {
+		if strings.Contains(cmd, "pytest") {
+			return true
+		}
+	}
+	return false
 }
 
 // limits returns the episode limits of the task.

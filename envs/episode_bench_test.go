@@ -6,10 +6,13 @@ import (
 	"context"
 	"encoding/base64"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
+	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -41,14 +44,26 @@ import (
 //
 //	go test -run '^$' -bench 'Episode|Evaluate' -benchtime 8x ./envs/
 
+// episodeNoZygote adds ours without the verifier zygote to
+// BenchmarkEpisode.
+var episodeNoZygote = flag.Bool("episode.no-zygote", false, "BenchmarkEpisode: also run gymserver without the verifier zygote")
+
 // calculatorEnv loads calculator_api on p.
 func calculatorEnv(b *testing.B, p sandbox.Provider) (*envs.TaskEnv, config.Environment, []gym.ToolCall) {
+	return calculatorEnvWith(b, p, nil)
+}
+
+// calculatorEnvWith loads calculator_api on p, its config changed by edit.
+func calculatorEnvWith(b *testing.B, p sandbox.Provider, edit func(*config.Environment)) (*envs.TaskEnv, config.Environment, []gym.ToolCall) {
 	b.Helper()
 	cfg, err := config.Load(filepath.Join("..", "examples", "calculator_api", "config.json"))
 	if err != nil {
 		b.Fatal(err)
 	}
 	ec := cfg.Environments[0]
+	if edit != nil {
+		edit(&ec)
+	}
 	e, err := envs.New(cfg, ec, envs.Options{Provider: p})
 	if err != nil {
 		b.Fatal(err)
@@ -263,31 +278,46 @@ func (st *episodeStats) report(b *testing.B, way string) {
 // API baseline, so that both see the same load on a shared machine. It
 // reports, for each way, episodes per minute (episodes over the rounds'
 // wall time), the p50 of one episode and the p50 of its evaluation. At
-// P = 8 the two CPUs of the CI machine are saturated.
+// P = 8 the two CPUs of the CI machine are saturated. Ours runs with the
+// verifier zygote (the default); with -episode.no-zygote each round also
+// runs P episodes of ours without it, reported as gymserver_no_zygote.
 func BenchmarkEpisode(b *testing.B) {
 	p, cli := dockertest.NewWith(b, docker.Options{})
 	e, ec, calls := calculatorEnv(b, p)
+	ef, _, _ := calculatorEnvWith(b, p, func(ec *config.Environment) {
+		off := false
+		ec.VerifierZygote = &off
+		ec.ID += "_no_zygote"
+	})
 	task := newAPITask(b, ec)
 	for _, par := range []int{1, 4, 8} {
 		b.Run(fmt.Sprintf("P=%d", par), func(b *testing.B) {
 			ctx := context.Background()
-			var ours, base episodeStats
+			var ours, fresh, base episodeStats
 			for range b.N {
-				d, err := round(par, func() error {
-					t0 := time.Now()
-					r, err := episode(ctx, e, calls)
-					if err != nil {
-						return err
+				for _, w := range []struct {
+					e  *envs.TaskEnv
+					st *episodeStats
+				}{{e, &ours}, {ef, &fresh}} {
+					if w.st == &fresh && !*episodeNoZygote {
+						continue
 					}
-					ours.add(time.Since(t0), time.Duration(r.Duration))
-					return nil
-				})
-				if err != nil {
-					b.Fatal(err)
+					d, err := round(par, func() error {
+						t0 := time.Now()
+						r, err := episode(ctx, w.e, calls)
+						if err != nil {
+							return err
+						}
+						w.st.add(time.Since(t0), time.Duration(r.Duration))
+						return nil
+					})
+					if err != nil {
+						b.Fatal(err)
+					}
+					w.st.wall += d
+					w.st.n += par
 				}
-				ours.wall += d
-				ours.n += par
-				d, err = round(par, func() error {
+				d, err := round(par, func() error {
 					t0 := time.Now()
 					ev, reward, err := apiEpisode(ctx, cli, task)
 					if err == nil && reward != 1 {
@@ -306,6 +336,9 @@ func BenchmarkEpisode(b *testing.B) {
 				base.n += par
 			}
 			ours.report(b, "gymserver")
+			if *episodeNoZygote {
+				fresh.report(b, "gymserver_no_zygote")
+			}
 			base.report(b, "docker_api")
 		})
 	}
@@ -324,11 +357,17 @@ type timedCall struct {
 	op string
 	// took is the call's round trip; inside is an exec's own run time.
 	took, inside time.Duration
+	// zygote says an exec ran through the verifier zygote.
+	zygote bool
 }
 
 func (s *timedSandbox) record(op string, start time.Time, inside time.Duration) {
+	s.recordExec(op, start, inside, false)
+}
+
+func (s *timedSandbox) recordExec(op string, start time.Time, inside time.Duration, zygote bool) {
 	s.mu.Lock()
-	s.calls = append(s.calls, timedCall{op, time.Since(start), inside})
+	s.calls = append(s.calls, timedCall{op, time.Since(start), inside, zygote})
 	s.mu.Unlock()
 }
 
@@ -343,8 +382,26 @@ func (s *timedSandbox) take() []timedCall {
 func (s *timedSandbox) Exec(ctx context.Context, req sandbox.ExecRequest) (sandbox.ExecResult, error) {
 	start := time.Now()
 	r, err := s.Sandbox.Exec(ctx, req)
-	s.record("exec", start, r.Duration)
+	s.recordExec("exec", start, r.Duration, r.ViaZygote)
 	return r, err
+}
+
+func (s *timedSandbox) StartZygote(ctx context.Context, wait bool) (sandbox.ZygoteStatus, error) {
+	return s.Sandbox.(sandbox.ZygoteStarter).StartZygote(ctx, wait)
+}
+
+// cpuNS is the CPU time the sandbox's container has used (cgroup v1
+// cpuacct, cgroupfs driver), or -1 where that is not readable.
+func (s *timedSandbox) cpuNS() int64 {
+	b, err := os.ReadFile("/sys/fs/cgroup/cpuacct/docker/" + s.ID() + "/cpuacct.usage")
+	if err != nil {
+		return -1
+	}
+	n, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+	if err != nil {
+		return -1
+	}
+	return n
 }
 
 func (s *timedSandbox) KillAll(ctx context.Context) error {
@@ -390,7 +447,13 @@ func (p *timedProvider) Create(ctx context.Context, spec sandbox.Spec) (sandbox.
 }
 
 // BenchmarkEvaluate measures calculator_api's evaluation after the
-// reference solution, one at a time, and where its time goes:
+// reference solution, one at a time, three ways in each iteration: ours
+// with the verifier zygote (ready: the agent's turns outlast its start,
+// which is reported, ready_in, with its CPU time and memory), ours without
+// it (a new pytest process, as before the zygote), and the Docker API
+// baseline; for ours also the container's CPU time during the evaluation
+// (cgroup cpuacct, which a loaded machine inflates far less than wall
+// time). With the zygote it reports where the time goes:
 // the kill of the agent's processes, clearing the hidden test roots,
 // copying the tests in, the pytest process, the rest of the pytest call
 // (the executor's kill after the command, the report read back, the
@@ -402,16 +465,23 @@ func (p *timedProvider) Create(ctx context.Context, spec sandbox.Spec) (sandbox.
 // no entry-point scan (PYTEST_DISABLE_PLUGIN_AUTOLOAD), the same with no
 // bytecode cache (PYTHONPYCACHEPREFIX points nowhere) as the base image
 // was before it had one, the imports of the reference app.py, collection,
-// and the whole run. Each iteration also runs the baseline's episode and
-// reports its evaluation beside ours. Sessions start and end off the
-// clock.
+// and the whole run (without the zygote, whose start these are). Sessions
+// start and end off the clock.
 func BenchmarkEvaluate(b *testing.B) {
 	dp, cli := dockertest.NewWith(b, docker.Options{})
 	p := &timedProvider{Provider: dp}
 	e, ec, calls := calculatorEnv(b, p)
+	// The same environment without the verifier zygote: every test
+	// command a new process, as before it.
+	pf := &timedProvider{Provider: dp}
+	ef, _, _ := calculatorEnvWith(b, pf, func(ec *config.Environment) {
+		off := false
+		ec.VerifierZygote = &off
+		ec.ID += "_no_zygote"
+	})
 	ctx := context.Background()
-	// start resets a session and applies the reference up to mark_done.
-	start := func(b *testing.B) (gym.Session, *timedSandbox) {
+	// start resets a session of e and applies the reference up to mark_done.
+	start := func(b *testing.B, e *envs.TaskEnv, p *timedProvider) (gym.Session, *timedSandbox) {
 		s, _, err := e.Reset(ctx, gym.ResetRequest{})
 		if err != nil {
 			b.Fatal(err)
@@ -430,10 +500,13 @@ func BenchmarkEvaluate(b *testing.B) {
 	b.Run("calculator_api", func(b *testing.B) {
 		task := newAPITask(b, ec)
 		phases := map[string][]time.Duration{}
-		var total, base []time.Duration
-		for range b.N {
-			b.StopTimer()
-			s, sb := start(b)
+		var total, fresh, base, cpu, freshCPU, ready, readyCPU []time.Duration
+		var rss []int64
+		viaZygote := 0
+		// evaluate runs one evaluation on the clock and returns its
+		// duration, the container's CPU time meanwhile and its calls.
+		evaluate := func(b *testing.B, s gym.Session, sb *timedSandbox) (time.Duration, time.Duration, []timedCall) {
+			cpu0 := sb.cpuNS()
 			b.StartTimer()
 			t0 := time.Now()
 			ev, err := s.Evaluate(ctx)
@@ -442,10 +515,35 @@ func BenchmarkEvaluate(b *testing.B) {
 			if err != nil || ev.Reward != 1 {
 				b.Fatalf("evaluate: %+v %v", ev, err)
 			}
+			used := time.Duration(sb.cpuNS() - cpu0)
+			if cpu0 < 0 {
+				used = 0
+			}
+			calls := sb.take()
+			if _, err := s.Close(ctx); err != nil {
+				b.Fatal(err)
+			}
+			return took, used, calls
+		}
+		for range b.N {
+			b.StopTimer()
+			// With the zygote, ready: the agent's turns take longer than
+			// its start (ready_in below).
+			s, sb := start(b, e, p)
+			cpu0 := sb.cpuNS()
+			st, err := sb.StartZygote(ctx, true)
+			if err != nil || !st.Ready {
+				b.Fatalf("zygote: %+v %v", st, err)
+			}
+			readyCPU = append(readyCPU, time.Duration(sb.cpuNS()-cpu0))
+			ready = append(ready, st.ReadyIn)
+			rss = append(rss, st.RSS)
+			took, used, calls := evaluate(b, s, sb)
 			total = append(total, took)
+			cpu = append(cpu, used)
 			sum := map[string]time.Duration{}
 			kills := 0
-			for _, c := range sb.take() {
+			for _, c := range calls {
 				switch c.op {
 				case "kill":
 					if kills++; kills == 1 {
@@ -456,6 +554,9 @@ func BenchmarkEvaluate(b *testing.B) {
 				case "exec":
 					sum["pytest_process"] += c.inside
 					sum["pytest_call_rest"] += c.took - c.inside
+					if c.zygote {
+						viaZygote++
+					}
 				default:
 					sum[c.op] += c.took
 				}
@@ -466,9 +567,18 @@ func BenchmarkEvaluate(b *testing.B) {
 				known += d
 			}
 			phases["other"] = append(phases["other"], took-known)
-			if _, err := s.Close(ctx); err != nil {
-				b.Fatal(err)
+
+			// Without the zygote.
+			s, sb = start(b, ef, pf)
+			took, used, calls = evaluate(b, s, sb)
+			fresh = append(fresh, took)
+			freshCPU = append(freshCPU, used)
+			for _, c := range calls {
+				if c.op == "exec" {
+					phases["fresh_pytest_process"] = append(phases["fresh_pytest_process"], c.inside)
+				}
 			}
+
 			d, reward, err := apiEpisode(ctx, cli, task)
 			if err != nil || reward != 1 {
 				b.Fatalf("baseline: reward %v %v", reward, err)
@@ -477,13 +587,24 @@ func BenchmarkEvaluate(b *testing.B) {
 			b.StartTimer()
 		}
 		b.ReportMetric(ms(percentile(total, 50)), "gymserver_eval_p50_ms")
+		b.ReportMetric(ms(percentile(fresh, 50)), "gymserver_no_zygote_eval_p50_ms")
 		b.ReportMetric(ms(percentile(base, 50)), "docker_api_eval_p50_ms")
+		b.ReportMetric(ms(percentile(cpu, 50)), "gymserver_eval_cpu_p50_ms")
+		b.ReportMetric(ms(percentile(freshCPU, 50)), "gymserver_no_zygote_eval_cpu_p50_ms")
+		b.ReportMetric(float64(viaZygote)/float64(b.N), "zygote_runs_per_eval")
+		b.ReportMetric(ms(percentile(ready, 50)), "zygote_ready_in_p50_ms")
+		b.ReportMetric(ms(percentile(readyCPU, 50)), "zygote_start_cpu_p50_ms")
+		slices.Sort(rss)
+		b.ReportMetric(float64(rss[(len(rss)-1)/2])/(1<<20), "zygote_rss_p50_MiB")
 		for k, d := range phases {
 			b.ReportMetric(ms(percentile(d, 50)), k+"_p50_ms")
 		}
+		fmt.Printf("evaluate calculator_api p50 over %d: with the zygote %.1f ms (container CPU %.1f ms), without %.1f ms (CPU %.1f ms), docker API baseline %.1f ms; zygote ready in %.0f ms, %.1f MiB RSS\n",
+			b.N, ms(percentile(total, 50)), ms(percentile(cpu, 50)), ms(percentile(fresh, 50)), ms(percentile(freshCPU, 50)),
+			ms(percentile(base, 50)), ms(percentile(ready, 50)), float64(rss[(len(rss)-1)/2])/(1<<20))
 	})
 	b.Run("pytest_phases", func(b *testing.B) {
-		s, sb := start(b)
+		s, sb := start(b, ef, pf)
 		defer s.Close(ctx)
 		if _, err := s.Evaluate(ctx); err != nil { // installs the tests
 			b.Fatal(err)

@@ -78,9 +78,13 @@ func (t *task) evaluate(ctx context.Context, sb sandbox.Sandbox) (gym.Evaluation
 			MaxOutput: testOutputLimit,
 			Report:    pytest,
 			ReportMax: junitLimit,
+			Zygote:    pytest && t.useZygote(),
 		})
 		if err != nil {
 			return fail(gym.ClassSandbox, fmt.Errorf("run test command %d (%s): %w", i, cmd, err))
+		}
+		if r.ZygoteMiss != "" {
+			t.log.Debug("test command ran without the verifier zygote", "command", i, "reason", r.ZygoteMiss)
 		}
 		tc := gym.TestCommand{
 			Command:  cmd,

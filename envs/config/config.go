@@ -96,6 +96,15 @@ type Environment struct {
 	// command: cd, exported variables and functions carry over from one
 	// command to the next. Background commands still start on their own.
 	PersistentShell bool `json:"persistent_shell,omitempty"`
+	// VerifierZygote (default true) keeps, in each sandbox, a process of
+	// the sandbox's machinery that imports pytest while the agent works
+	// and forks the process of each plain pytest test command
+	// (`pytest ARGS`, `python3 -m pytest ARGS`) at evaluation, so the tests
+	// do not wait for Python and pytest to start. The test process is the
+	// same as without it (the agent's uid, environment, directory, limits,
+	// timeout); other commands, and images without pytest, run as usual.
+	// False turns it off.
+	VerifierZygote *bool `json:"verifier_zygote,omitempty"`
 	// Tools are custom tools offered beside the standard ones in every
 	// task of the environment.
 	Tools []Tool `json:"tools,omitempty"`
@@ -116,6 +125,12 @@ type Environment struct {
 	Tasks     []Task `json:"tasks,omitempty"`
 	TasksFile string `json:"tasks_file,omitempty"`
 	TasksDir  string `json:"tasks_dir,omitempty"`
+}
+
+// ZygoteOn reports whether the environment uses the verifier zygote (see
+// VerifierZygote).
+func (e Environment) ZygoteOn() bool {
+	return e.VerifierZygote == nil || *e.VerifierZygote
 }
 
 // Task returns the task with the given id.

@@ -815,6 +815,7 @@ func (d *decoder) environment(path string, raw json.RawMessage, global Timeouts)
 		"max_actions":      d.integer(&e.MaxActions),
 		"max_output":       d.integer(&e.MaxOutput),
 		"persistent_shell": d.boolean(&e.PersistentShell),
+		"verifier_zygote":  d.optBool(&e.VerifierZygote),
 		"tools":            func(p string, r json.RawMessage) { e.Tools = d.tools(p, r, nil) },
 		"tasks": func(p string, r json.RawMessage) {
 			tasksPath, tasks = p, d.array(p, r)

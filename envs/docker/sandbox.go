@@ -53,6 +53,7 @@ type Sandbox struct {
 }
 
 var _ sandbox.Sandbox = (*Sandbox)(nil)
+var _ sandbox.ZygoteStarter = (*Sandbox)(nil)
 
 // startPhases is how long each step of a cold start took; the benchmark
 // of Create reports them.
@@ -504,6 +505,16 @@ func (s *Sandbox) Remove(ctx context.Context, p string) error {
 	return s.bounded(ctx, "remove "+p, opBound, func(ctx context.Context) error {
 		return s.exec.Remove(ctx, p)
 	})
+}
+
+// StartZygote starts the executor's verifier zygote; see
+// sandbox.ZygoteStarter.
+func (s *Sandbox) StartZygote(ctx context.Context, wait bool) (st sandbox.ZygoteStatus, err error) {
+	err = s.bounded(ctx, "start zygote", opBound, func(ctx context.Context) (err error) {
+		st, err = s.exec.StartZygote(ctx, wait)
+		return err
+	})
+	return st, err
 }
 
 // KillAll kills every process of the sandbox user.

@@ -254,6 +254,7 @@ func (c *Client) Exec(ctx context.Context, req sandbox.ExecRequest) (sandbox.Exe
 		Report:     req.Report,
 		ReportMax:  req.ReportMax,
 		Priv:       req.Priv,
+		Zygote:     req.Zygote,
 	})
 	if err != nil {
 		return sandbox.ExecResult{}, err
@@ -274,7 +275,27 @@ func (c *Client) Exec(ctx context.Context, req sandbox.ExecRequest) (sandbox.Exe
 		Duration:      time.Duration(resp.DurationNS),
 		Report:        resp.Report,
 		ReportDropped: resp.ReportDropped,
+		ViaZygote:     resp.ViaZygote,
+		ZygoteMiss:    resp.ZygoteMiss,
+		ZygoteWait:    time.Duration(resp.ZygoteWaitNS),
 	}, nil
+}
+
+// StartZygote starts the executor's verifier zygote; see
+// sandbox.ZygoteStarter.
+func (c *Client) StartZygote(ctx context.Context, wait bool) (sandbox.ZygoteStatus, error) {
+	resp, err := c.call(ctx, request{Op: opZygote, Wait: wait})
+	if err != nil {
+		return sandbox.ZygoteStatus{}, err
+	}
+	if err := respErr("zygote", "", resp); err != nil {
+		return sandbox.ZygoteStatus{}, err
+	}
+	st := resp.Zygote
+	if st == nil {
+		return sandbox.ZygoteStatus{Error: "the executor does not know the zygote op"}, nil
+	}
+	return sandbox.ZygoteStatus{Ready: st.Ready, Error: st.Error, ReadyIn: st.ReadyIn, RSS: st.RSS, PytestVersion: st.PytestVersion}, nil
 }
 
 func firstArg(argv []string) string {

@@ -27,6 +27,7 @@ const (
 	opArchive = "archive"
 	opRestore = "restore"
 	opFetch   = "fetch"
+	opZygote  = "zygote"
 )
 
 // Error kinds carried on the wire; the client maps them to sandbox errors.
@@ -79,6 +80,11 @@ type request struct {
 	// Since, in Unix nanoseconds, makes an archive op take only what
 	// changed after it (see Client.Capture); 0 takes everything.
 	Since int64 `msgpack:"since,omitempty"`
+	// Zygote lets a plain pytest exec run through the verifier zygote
+	// (see zygote.go); for a zygote op, it starts the zygote.
+	Zygote bool `msgpack:"zygote,omitempty"`
+	// Wait makes a zygote op wait until the zygote is ready or failed.
+	Wait bool `msgpack:"wait,omitempty"`
 }
 
 // installFile is one file of an install op.
@@ -111,6 +117,14 @@ type response struct {
 	Roots         []Root  `msgpack:"roots,omitempty"`
 	// Size is the size of an archive held for a fetch.
 	Size int64 `msgpack:"size,omitempty"`
+	// ViaZygote says an exec ran through the zygote; ZygoteMiss says why
+	// an exec that asked for it did not, and ZygoteWaitNS how long it
+	// waited for the zygote to be ready.
+	ViaZygote    bool   `msgpack:"via_zygote,omitempty"`
+	ZygoteMiss   string `msgpack:"zygote_miss,omitempty"`
+	ZygoteWaitNS int64  `msgpack:"zygote_wait_ns,omitempty"`
+	// Zygote answers a zygote op.
+	Zygote *zygoteStatus `msgpack:"zygote,omitempty"`
 }
 
 // entry is one directory entry on the wire.

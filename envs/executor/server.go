@@ -129,6 +129,8 @@ type server struct {
 
 	// oom counts the sandbox's OOM kills.
 	oom oomCounter
+	// zygote is the verifier zygote, once a zygote op started it.
+	zygote *zygote
 }
 
 // Serve answers requests read from r, writing responses to w, until r ends
@@ -222,6 +224,9 @@ func (s *server) handle(ctx context.Context, req request) response {
 		return errResponse(req.ID, os.RemoveAll(s.abs(req.Path)))
 	case opKillAll:
 		return errResponse(req.ID, s.killAll())
+	case opZygote:
+		st := s.startZygote(ctx, req.Wait)
+		return response{ID: req.ID, Zygote: &st}
 	case opInstall:
 		return errResponse(req.ID, s.install(req.Files))
 	case opRoots:
@@ -321,8 +326,27 @@ func (s *server) exec(ctx context.Context, req request) response {
 	// Bounds only the stdin copy now: the output pipes are ours.
 	cmd.WaitDelay = waitDelay
 
-	cctx, stop := s.commandContext(ctx, req)
+	// The timeout starts with the process, after any wait for the zygote;
+	// a cancel op ends the wait too.
+	untimed := req
+	untimed.TimeoutMS = 0
+	cctx, stop := s.commandContext(ctx, untimed)
 	defer stop()
+	var zplan struct {
+		z       *zygote
+		req     zygoteReq
+		waited  time.Duration
+		why     string
+		running bool
+	}
+	if req.Zygote {
+		zplan.z, zplan.req, zplan.waited, zplan.why = s.zygotePlan(cctx, req, cmd.Env, cmd.Dir)
+	}
+	if req.TimeoutMS > 0 {
+		var cancel context.CancelFunc
+		cctx, cancel = context.WithTimeout(cctx, time.Duration(req.TimeoutMS)*time.Millisecond)
+		defer cancel()
+	}
 
 	var rep *reportPipe
 	if req.Report {
@@ -347,34 +371,84 @@ func (s *server) exec(ctx context.Context, req request) response {
 
 	oomBefore := s.oom.kills()
 	start := time.Now()
-	if err := cmd.Start(); err != nil {
-		closePidfd(*pidfd)
-		outPipe.close()
-		errPipe.close()
-		return response{ID: req.ID, ErrKind: startKind(err), Err: err.Error()}
+	var pid int
+	var wait func() (syscall.WaitStatus, error)
+	if z := zplan.z; z != nil {
+		// One command at a time; another one runs the usual way.
+		select {
+		case z.turn <- struct{}{}:
+			defer func() { <-z.turn }()
+			var repW *os.File
+			if rep != nil {
+				repW = rep.w
+			}
+			child, err := z.fork(zplan.req, outPipe.w, errPipe.w, repW)
+			if err != nil {
+				zplan.why = err.Error()
+				break
+			}
+			pid, wait, zplan.running = child.pid, child.wait, true
+		default:
+			zplan.why = "the zygote is busy"
+		}
 	}
-	pid := cmd.Process.Pid
+	if !zplan.running {
+		if err := cmd.Start(); err != nil {
+			closePidfd(*pidfd)
+			outPipe.close()
+			errPipe.close()
+			return response{ID: req.ID, ErrKind: startKind(err), Err: err.Error()}
+		}
+		pid = cmd.Process.Pid
+		wait = func() (syscall.WaitStatus, error) {
+			awaitExit(*pidfd)
+			_ = cmd.Wait()
+			var ws syscall.WaitStatus
+			if cmd.ProcessState != nil {
+				ws, _ = cmd.ProcessState.Sys().(syscall.WaitStatus)
+			}
+			return ws, nil
+		}
+	}
 	s.started(pid)
 	outPipe.start()
 	errPipe.start()
 	if rep != nil {
 		rep.started()
 	}
-	done := make(chan error, 1)
+	type waited struct {
+		ws  syscall.WaitStatus
+		err error
+	}
+	done := make(chan waited, 1)
 	go func() {
-		awaitExit(*pidfd)
-		done <- cmd.Wait()
+		ws, err := wait()
+		done <- waited{ws, err}
 	}()
 	var killed bool
+	var w waited
 	select {
-	case err := <-done:
-		_ = err
+	case w = <-done:
 	case <-cctx.Done():
 		killed = true
 		killTree(pid)
-		<-done
+		w = <-done
 	}
 	dur := time.Since(start)
+	if w.err != nil {
+		// The zygote died while its child ran: nothing of the command
+		// may outlive the call. Out of memory, the child (the killer's
+		// first choice) went first, as the usual way's test process
+		// would have: the shell would report 128+SIGKILL. Otherwise the
+		// command's end is unknown, a failure of the machinery.
+		killTree(pid)
+		if oomBefore < 0 || s.oom.kills() <= oomBefore {
+			outPipe.finish(time.Now().Add(waitDelay))
+			errPipe.finish(time.Now().Add(waitDelay))
+			return response{ID: req.ID, ErrKind: kindOther, Err: w.err.Error()}
+		}
+		w.ws = syscall.WaitStatus((128 + int(syscall.SIGKILL)) << 8)
+	}
 	// Output written before the exit is all in the pipes by now; a process
 	// left behind (`server &`) may hold them open: it is given waitDelay.
 	limit := time.Now().Add(waitDelay)
@@ -395,8 +469,14 @@ func (s *server) exec(ctx context.Context, req request) response {
 		return response{ID: req.ID, ErrKind: kindOther, Err: err.Error()}
 	}
 	resp := response{ID: req.ID, DurationNS: dur.Nanoseconds(), ExitCode: -1}
-	resp.setStatus(cmd.ProcessState)
+	resp.setWaitStatus(w.ws)
 	resp.finish(cctx, killed, oomBefore, s.oom.kills(), stdout, stderr)
+	if req.Zygote {
+		resp.ViaZygote, resp.ZygoteWaitNS = zplan.running, zplan.waited.Nanoseconds()
+		if !zplan.running {
+			resp.ZygoteMiss = zplan.why
+		}
+	}
 	if rep != nil {
 		// Whatever the command left behind could still write to the
 		// report: everything goes before the report is read to its end.
@@ -419,6 +499,11 @@ func (r *response) setStatus(st *os.ProcessState) {
 	if !ok {
 		return
 	}
+	r.setWaitStatus(ws)
+}
+
+// setWaitStatus records how a process ended from its wait status.
+func (r *response) setWaitStatus(ws syscall.WaitStatus) {
 	switch {
 	case ws.Exited():
 		r.ExitCode = ws.ExitStatus()
@@ -486,12 +571,20 @@ func (s *server) killAll() error {
 	s.mu.Lock()
 	groups := s.groups
 	s.groups = map[int]bool{}
-	s.mu.Unlock()
 	for pgid := range groups {
 		_ = syscall.Kill(-pgid, syscall.SIGKILL)
 	}
+	zpid := 0
+	if z := s.zygote; z != nil {
+		zpid = z.pid
+	}
+	s.mu.Unlock()
 	for _, p := range descendants(os.Getpid()) {
-		_ = syscall.Kill(p, syscall.SIGKILL)
+		// The zygote is the machinery's (root); what it forked is the
+		// agent's and dies below.
+		if p != zpid {
+			_ = syscall.Kill(p, syscall.SIGKILL)
+		}
 	}
 	if s.opts.Agent == nil {
 		return nil

@@ -286,6 +286,13 @@ type ExecRequest struct {
 	// in a Docker sandbox) instead of the agent's. Only the evaluator sets
 	// it, for a verifier that must run as root; never for the agent.
 	Priv bool
+	// Zygote lets a plain pytest command (`/bin/sh -c "pytest ARGS"` or
+	// `python3 -m pytest ARGS`, nothing the shell would interpret) run as
+	// a fork of the sandbox's verifier zygote (see ZygoteStarter) instead
+	// of a new process, when one is ready: same identity, environment,
+	// directory, descriptors, limits, timeout and kill as otherwise, less
+	// start-up time. Anything else runs as usual; ExecResult says which.
+	Zygote bool
 }
 
 // ExecResult is what a command did.
@@ -311,6 +318,39 @@ type ExecResult struct {
 	// ExecRequest.Report); ReportDropped counts the bytes past ReportMax.
 	Report        []byte
 	ReportDropped int64
+	// ViaZygote says the command ran as a fork of the verifier zygote;
+	// ZygoteMiss says why a command that allowed it did not (empty when
+	// it did or did not ask), and ZygoteWait is how long it waited for the
+	// zygote to be ready.
+	ViaZygote  bool
+	ZygoteMiss string
+	ZygoteWait time.Duration
+}
+
+// ZygoteStarter is implemented by sandboxes that can keep a verifier
+// zygote: a process of the sandbox's machinery (never the agent's) that
+// imports the test runner (pytest) ahead of evaluation, at a low CPU
+// priority, and forks the test command's process when ExecRequest.Zygote
+// allows it. StartZygote starts it unless it runs already, and returns at
+// once, or with wait once it is ready or has failed (or ctx ends). A
+// sandbox whose image has no usable pytest reports that in the status,
+// not as an error; errors are the sandbox's (gym.ErrSandbox).
+type ZygoteStarter interface {
+	StartZygote(ctx context.Context, wait bool) (ZygoteStatus, error)
+}
+
+// ZygoteStatus describes a sandbox's verifier zygote.
+type ZygoteStatus struct {
+	// Ready says the zygote has imported pytest and takes commands.
+	Ready bool
+	// Error says why it is not usable, if it is not.
+	Error string
+	// ReadyIn is how long it took to be ready.
+	ReadyIn time.Duration
+	// RSS is its resident memory in bytes.
+	RSS int64
+	// PytestVersion is the version of pytest it imported.
+	PytestVersion string
 }
 
 // Errors for problems the caller caused. They wrap the fs errors so

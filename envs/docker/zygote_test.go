@@ -1,0 +1,314 @@
+package docker_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gymserver/gymserver/envs/baseimage"
+	"github.com/gymserver/gymserver/envs/docker"
+	"github.com/gymserver/gymserver/envs/sandbox"
+)
+
+// zygoteSandbox starts a sandbox of the base image with tests/ holding
+// files, and its verifier zygote, ready.
+func zygoteSandbox(t *testing.T, files map[string]string) *docker.Sandbox {
+	t.Helper()
+	p, _ := newProvider(t)
+	ctx := t.Context()
+	image, err := p.Prepare(ctx, sandbox.ImageSpec{BaseImage: baseimage.Python, WorkDir: "/workspace"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var fs []sandbox.File
+	for name, data := range files {
+		fs = append(fs, sandbox.File{Path: "/workspace/" + name, Data: []byte(data), Mode: 0o644})
+	}
+	sb, err := p.Create(ctx, sandbox.Spec{Image: image, WorkDir: "/workspace", Files: fs,
+		Env: map[string]string{"PYTHONUNBUFFERED": "1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sb.Close(context.Background()) })
+	ds := sb.(*docker.Sandbox)
+	st, err := ds.StartZygote(ctx, true)
+	if err != nil || !st.Ready {
+		t.Fatalf("zygote: %+v %v", st, err)
+	}
+	t.Logf("zygote ready in %s, RSS %d KiB, pytest %s", st.ReadyIn, st.RSS>>10, st.PytestVersion)
+	return ds
+}
+
+// testEnv is the environment of a pytest test command as the evaluator
+// gives it (see envs.testRun.env), its report pipe included.
+var testEnv = []string{"PYTHONNOUSERSITE=1", "PYTHONSAFEPATH=1", "PYTHONDONTWRITEBYTECODE=1", "PYTHONPATH=/tmp",
+	"PYTEST_ADDOPTS=-p no:cacheprovider -rA --junitxml=/dev/fd/3"}
+
+// twin runs cmd through the zygote and the usual way, checks which way
+// each ran, and returns both results.
+func twin(t *testing.T, sb sandbox.Sandbox, cmd string, timeout time.Duration) (z, fresh sandbox.ExecResult) {
+	t.Helper()
+	for _, viaZygote := range []bool{true, false} {
+		r, err := sb.Exec(t.Context(), sandbox.ExecRequest{Argv: []string{"/bin/sh", "-c", cmd}, Dir: "/workspace",
+			Env: testEnv, Timeout: timeout, Report: true, Zygote: viaZygote})
+		if err != nil {
+			t.Fatalf("%s (zygote %v): %v", cmd, viaZygote, err)
+		}
+		if r.ViaZygote != viaZygote {
+			t.Fatalf("%s: ran via the zygote %v, want %v (%s)", cmd, r.ViaZygote, viaZygote, r.ZygoteMiss)
+		}
+		if viaZygote {
+			z = r
+		} else {
+			fresh = r
+		}
+	}
+	return z, fresh
+}
+
+// probeTest prints what a test process is: identity, capabilities,
+// limits, process group, descriptors, directory, environment and Python's
+// settings. Only the parent process differs between the two ways (the
+// shell, or the zygote), and so which process leads the group, so they
+// are left out.
+const probeTest = `import os, resource, sys
+
+def test_probe():
+    st = {}
+    for line in open("/proc/self/status"):
+        k, _, v = line.partition(":")
+        if k.startswith("Cap") or k in ("Uid", "Gid", "Groups", "NoNewPrivs", "Seccomp", "Seccomp_filters", "SigBlk", "SigIgn"):
+            st[k] = v.strip()
+    print("STATUS", sorted(st.items()))
+    print("IDS", os.getresuid(), os.getresgid(), os.getgroups())
+    # A group of its own (the shell's, or its own), in the executor's session.
+    print("PGRP", os.getpgrp() != os.getsid(0), os.getsid(0) == os.getsid(1))
+    print("OOM", open("/proc/self/oom_score_adj").read().strip())
+    print("NICE", os.getpriority(os.PRIO_PROCESS, 0))
+    print("UMASK", os.umask(0o22))
+    print("RLIMITS", [resource.getrlimit(getattr(resource, n)) for n in sorted(dir(resource)) if n.startswith("RLIMIT_")])
+    fds = {}
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            fds[int(fd)] = os.readlink("/proc/self/fd/" + fd).split("[")[0]
+        except OSError:
+            pass
+    print("FDS", sorted((k, v) for k, v in fds.items() if k <= 3))
+    print("CWD", os.getcwd())
+    env = {k: v for k, v in os.environ.items() if k != "PYTEST_CURRENT_TEST"}
+    print("ENV", sorted(env.items()))
+    print("PATH", sys.path)
+    print("ARGV", sys.argv)
+    print("FLAGS", sys.flags)
+    print("ENC", sys.getfilesystemencoding(), sys.stdout.encoding, sys.stdout.line_buffering)
+`
+
+// TestZygoteChildIsTheUsualProcess checks that a test command forked by
+// the zygote is the process the executor starts otherwise: the agent's
+// uid and gid with no groups and no capabilities, the same limits,
+// process group, descriptors, directory, environment and Python settings,
+// the same report.
+func TestZygoteChildIsTheUsualProcess(t *testing.T) {
+	sb := zygoteSandbox(t, map[string]string{"tests/test_probe.py": probeTest})
+	for _, cmd := range []string{"python3 -m pytest -s tests/test_probe.py", "pytest -s tests/test_probe.py"} {
+		z, fresh := twin(t, sb, cmd, time.Minute)
+		probe := func(r sandbox.ExecResult) []string {
+			var lines []string
+			for _, l := range strings.Split(string(r.Stdout), "\n") {
+				for _, k := range []string{"STATUS", "IDS", "PGRP", "OOM", "NICE", "UMASK", "RLIMITS", "FDS", "CWD", "ENV", "PATH", "ARGV", "FLAGS", "ENC"} {
+					if strings.HasPrefix(l, k+" ") || strings.Contains(l, ".py "+k+" ") {
+						lines = append(lines, l[strings.Index(l, k+" "):])
+					}
+				}
+			}
+			return lines
+		}
+		zp, fp := probe(z), probe(fresh)
+		if len(fp) != 14 {
+			t.Fatalf("%s: the usual way printed %d probe lines, want 14:\n%s\n%s", cmd, len(fp), fresh.Stdout, fresh.Stderr)
+		}
+		for i := range fp {
+			if i >= len(zp) || zp[i] != fp[i] {
+				got := "(none)"
+				if i < len(zp) {
+					got = zp[i]
+				}
+				t.Errorf("%s: via the zygote\n  %s\nthe usual way\n  %s", cmd, got, fp[i])
+			}
+		}
+		if !strings.Contains(zp[0], "('CapEff', '0000000000000000')") || !strings.Contains(zp[1], "(1000, 1000, 1000) (1000, 1000, 1000) []") {
+			t.Errorf("%s: the forked test process is not the agent without capabilities: %s %s", cmd, zp[0], zp[1])
+		}
+		if z.ExitCode != 0 || fresh.ExitCode != 0 {
+			t.Errorf("%s: exit %d via the zygote, %d the usual way", cmd, z.ExitCode, fresh.ExitCode)
+		}
+		if !strings.Contains(string(z.Report), `tests="1"`) || !strings.Contains(string(fresh.Report), `tests="1"`) {
+			t.Errorf("%s: reports\n%s\n%s", cmd, z.Report, fresh.Report)
+		}
+	}
+}
+
+// TestZygoteEndings checks that every way a test run ends is reported
+// the same through the zygote as the usual way: exit codes, os._exit, a
+// crash, a signal, a timeout (the whole group killed), output past the
+// cap.
+func TestZygoteEndings(t *testing.T) {
+	sb := zygoteSandbox(t, map[string]string{
+		"tests/test_pass.py":    "def test_a():\n    pass\n",
+		"tests/test_fail.py":    "def test_a():\n    assert 1 == 2\n",
+		"tests/test_exit.py":    "import os\n\ndef test_a():\n    os._exit(3)\n",
+		"tests/test_crash.py":   "import ctypes\n\ndef test_a():\n    ctypes.string_at(0)\n",
+		"tests/test_signal.py":  "import os, signal\n\ndef test_a():\n    os.kill(os.getpid(), signal.SIGTERM)\n",
+		"tests/test_hang.py":    "import subprocess, time\n\ndef test_a():\n    subprocess.Popen(['sleep', '1000'])\n    time.sleep(1000)\n",
+		"tests/test_chatty.py":  "def test_a():\n    print('x' * 300000)\n",
+		"tests/test_collect.py": "import no_such_module\n",
+	})
+	for _, name := range []string{"pass", "fail", "exit", "crash", "signal", "hang", "chatty", "collect"} {
+		cmd := "python3 -m pytest -q tests/test_" + name + ".py"
+		z, fresh := twin(t, sb, cmd, 20*time.Second)
+		type ending struct {
+			Exit            int
+			Signal          string
+			TimedOut, OOM   bool
+			Dropped, Report bool
+		}
+		end := func(r sandbox.ExecResult) ending {
+			return ending{r.ExitCode, r.Signal, r.TimedOut, r.OOMKilled, r.StdoutDropped > 0, len(r.Report) > 0}
+		}
+		if end(z) != end(fresh) {
+			t.Errorf("%s: via the zygote %+v, the usual way %+v\nzygote stderr: %s", name, end(z), end(fresh), z.Stderr)
+		} else {
+			t.Logf("%s: %+v", name, end(z))
+		}
+	}
+}
+
+// TestZygoteOutOfAgentReach is an attack: the agent finds the zygote and
+// tries to kill, stop and read it (its descriptors, its memory, its
+// environment), and to kill every process it can. All of it must fail,
+// and the next test command must still run through the zygote.
+func TestZygoteOutOfAgentReach(t *testing.T) {
+	sb := zygoteSandbox(t, map[string]string{"tests/test_pass.py": "def test_a():\n    pass\n",
+		"attack.py": `import os, signal
+found = 0
+for p in os.listdir("/proc"):
+    if not p.isdigit():
+        continue
+    try:
+        cmd = open("/proc/%s/cmdline" % p, "rb").read()
+    except OSError:
+        continue
+    if b"verifier zygote" not in cmd:
+        continue
+    found += 1
+    for what, act in [
+        ("kill", lambda: os.kill(int(p), signal.SIGKILL)),
+        ("stop", lambda: os.kill(int(p), signal.SIGSTOP)),
+        ("fds", lambda: os.listdir("/proc/%s/fd" % p)),
+        ("channel", lambda: open("/proc/%s/fd/3" % p, "rb")),
+        ("mem", lambda: open("/proc/%s/mem" % p, "rb")),
+        ("environ", lambda: open("/proc/%s/environ" % p, "rb").read()),
+    ]:
+        try:
+            act()
+            print("DID", what, p)
+        except OSError as e:
+            print("REFUSED", what, p, type(e).__name__)
+print("FOUND", found)
+`})
+	ctx := t.Context()
+	r, err := sb.Exec(ctx, sandbox.ExecRequest{Argv: []string{"python3", "attack.py"}, Timeout: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := string(r.Stdout)
+	if !strings.Contains(out, "FOUND 1") || strings.Contains(out, "DID ") || strings.Count(out, "REFUSED ") != 6 {
+		t.Fatalf("the agent's attack on the zygote:\n%s%s", out, r.Stderr)
+	}
+	for _, c := range []string{"kill -9 -1", "pkill -9 python3", "pkill -9 -f zygote"} {
+		_, _ = sb.Exec(ctx, sandbox.ExecRequest{Argv: []string{"/bin/sh", "-c", c}, Timeout: time.Minute})
+	}
+	if err := sb.KillAll(ctx); err != nil {
+		t.Fatal(err)
+	}
+	z, _ := twin(t, sb, "python3 -m pytest -q tests/test_pass.py", time.Minute)
+	if z.ExitCode != 0 {
+		t.Errorf("after the attack: exit %d %s %s", z.ExitCode, z.Stdout, z.Stderr)
+	}
+}
+
+// TestZygoteFallsBack checks that commands the zygote does not take run
+// the usual way and say why.
+func TestZygoteFallsBack(t *testing.T) {
+	sb := zygoteSandbox(t, map[string]string{"tests/test_pass.py": "def test_a():\n    pass\n",
+		"bin/pytest": "#!/bin/sh\necho fake pytest\n"})
+	ctx := t.Context()
+	if _, err := sb.Exec(ctx, sandbox.ExecRequest{Argv: []string{"chmod", "+x", "bin/pytest"}}); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		cmd string
+		env []string
+	}{
+		{cmd: "python3 -m pytest -q 'tests/test_pass.py'"},
+		{cmd: "python3 -m pytest -q tests/*.py"},
+		{cmd: "cd /workspace && python3 -m pytest -q tests"},
+		{cmd: "python3 -m pytest -q $DIR"},
+		{cmd: "PYTHONPATH=. python3 -m pytest -q tests"},
+		{cmd: "python3 -m pytest -q tests > /dev/null"},
+		{cmd: "python3 -m pytest -q tests", env: []string{"PYTHONHASHSEED=1"}},
+		{cmd: "python3 -m pytest -q tests", env: []string{"LANG=C"}},
+		// A pytest of the agent's first on PATH is what the shell runs.
+		{cmd: "pytest -q tests", env: []string{"PATH=/workspace/bin:/usr/bin:/bin"}},
+	} {
+		r, err := sb.Exec(ctx, sandbox.ExecRequest{Argv: []string{"/bin/sh", "-c", c.cmd}, Dir: "/workspace",
+			Env: append(append([]string(nil), testEnv...), c.env...), Timeout: time.Minute, Report: true, Zygote: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.ViaZygote || r.ZygoteMiss == "" {
+			t.Errorf("%q %v: via the zygote %v (%q), want the usual way", c.cmd, c.env, r.ViaZygote, r.ZygoteMiss)
+		}
+		t.Logf("%q %v: %s", c.cmd, c.env, r.ZygoteMiss)
+	}
+}
+
+// TestZygoteDeadFallsBack kills the zygote (as root, as the out-of-memory
+// killer would): test commands run the usual way, and a new zygote op
+// starts a new one.
+func TestZygoteDeadFallsBack(t *testing.T) {
+	p, cli := newProvider(t)
+	ctx := t.Context()
+	image, err := p.Prepare(ctx, sandbox.ImageSpec{BaseImage: baseimage.Python, WorkDir: "/workspace"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sb, err := p.Create(ctx, sandbox.Spec{Image: image, WorkDir: "/workspace",
+		Files: []sandbox.File{{Path: "/workspace/tests/test_pass.py", Data: []byte("def test_a():\n    pass\n"), Mode: 0o644}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sb.Close(context.Background())
+	ds := sb.(*docker.Sandbox)
+	if st, err := ds.StartZygote(ctx, true); err != nil || !st.Ready {
+		t.Fatalf("zygote: %+v %v", st, err)
+	}
+	killed, err := dockerExec(ctx, cli, sb.ID(), []string{"/bin/sh", "-c",
+		`for p in /proc/[0-9]*; do if tr '\0' ' ' < $p/cmdline 2>/dev/null | grep -q "verifier zygote"; then kill -9 ${p#/proc/} && echo $p; fi; done`})
+	if err != nil || killed == "" {
+		t.Fatalf("kill the zygote: %q %v", killed, err)
+	}
+	cmd := sandbox.ExecRequest{Argv: []string{"/bin/sh", "-c", "python3 -m pytest -q tests"}, Env: testEnv,
+		Timeout: time.Minute, Report: true, Zygote: true}
+	r, err := sb.Exec(ctx, cmd)
+	if err != nil || r.ExitCode != 0 || r.ViaZygote || r.ZygoteMiss == "" {
+		t.Fatalf("with the zygote dead: exit %d via zygote %v (%s) %v", r.ExitCode, r.ViaZygote, r.ZygoteMiss, err)
+	}
+	if st, err := ds.StartZygote(ctx, true); err != nil || !st.Ready {
+		t.Fatalf("zygote again: %+v %v", st, err)
+	}
+	if r, err = sb.Exec(ctx, cmd); err != nil || r.ExitCode != 0 || !r.ViaZygote {
+		t.Fatalf("with a new zygote: exit %d via zygote %v (%s) %v", r.ExitCode, r.ViaZygote, r.ZygoteMiss, err)
+	}
+}
