@@ -8,8 +8,8 @@ import (
 	"os/exec"
 	"regexp"
 	"sort"
-	"strings"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
