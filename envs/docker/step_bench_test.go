@@ -21,6 +21,7 @@ import (
 	"github.com/gymserver/gymserver/envs/docker"
 	"github.com/gymserver/gymserver/envs/docker/dockertest"
 	"github.com/gymserver/gymserver/envs/sandbox"
+	"github.com/gymserver/gymserver/internal/procstat"
 )
 
 // stepCommand is what an execute_command step of `echo hi` runs.
@@ -177,7 +178,7 @@ func newCPUMeter(b *testing.B, p *docker.Provider, boxes []sandbox.Sandbox) *cpu
 		}
 		pid := info.State.Pid
 		m.cgroups = append(m.cgroups, cpuacctFile(b, pid))
-		m.shims = append(m.shims, ppid(pid))
+		m.shims = append(m.shims, procstat.Parent(pid))
 		if d := info.GraphDriver.Data["MergedDir"]; d != "" {
 			merged[d] = true
 		}
@@ -231,18 +232,18 @@ func (m *cpuMeter) read() cpuTimes {
 		}
 	}
 	for _, pid := range m.shims {
-		c.shims += procCPU(pid)
+		c.shims += procstat.CPU(pid)
 	}
 	for _, pid := range m.executors {
-		c.executors += procCPU(pid)
+		c.executors += procstat.CPU(pid)
 	}
 	for _, pid := range m.fuse {
-		c.fuse += procCPU(pid)
+		c.fuse += procstat.CPU(pid)
 	}
 	for _, pid := range m.engine {
-		c.engine += procCPU(pid)
+		c.engine += procstat.CPU(pid)
 	}
-	c.host = hostBusy()
+	c.host = procstat.HostBusy()
 	var ru syscall.Rusage
 	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
 	c.self = time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
@@ -268,51 +269,6 @@ func cpuacctFile(b *testing.B, pid int) string {
 	}
 	b.Fatalf("no cpuacct cgroup for pid %d (cgroup v2 is not measured)", pid)
 	return ""
-}
-
-// ppid is the parent of pid.
-func ppid(pid int) int {
-	b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	s := string(b)
-	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
-	if len(f) < 2 {
-		return 0
-	}
-	n, _ := strconv.Atoi(f[1])
-	return n
-}
-
-// hostBusy is the time every CPU of the host spent busy (not idle, not
-// waiting for I/O), from /proc/stat.
-func hostBusy() time.Duration {
-	b, _ := os.ReadFile("/proc/stat")
-	line, _, _ := strings.Cut(string(b), "\n")
-	f := strings.Fields(line)
-	var busy int64
-	for i, v := range f {
-		n, _ := strconv.ParseInt(v, 10, 64)
-		// cpu user nice system idle iowait irq softirq steal ...
-		if i >= 1 && i <= 8 && i != 4 && i != 5 {
-			busy += n
-		}
-	}
-	return time.Duration(busy) * (time.Second / 100) // USER_HZ
-}
-
-// procCPU is the user and system time of pid, children not included.
-func procCPU(pid int) time.Duration {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0
-	}
-	s := string(b)
-	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
-	if len(f) < 13 {
-		return 0
-	}
-	ut, _ := strconv.ParseInt(f[11], 10, 64)
-	st, _ := strconv.ParseInt(f[12], 10, 64)
-	return time.Duration(ut+st) * (time.Second / 100) // USER_HZ
 }
 
 // stepRun is what one phase of n sessions stepping measured.
@@ -371,7 +327,7 @@ func runSteps(b *testing.B, p *docker.Provider, boxes []sandbox.Sandbox, req san
 	var g errgroup.Group
 	switches := func() (n int64) {
 		for _, pid := range meter.executors {
-			n += ctxSwitches(pid)
+			n += procstat.Switches(pid)
 		}
 		return n
 	}
@@ -558,7 +514,7 @@ func idleSandboxes(b *testing.B, p *docker.Provider, boxes []sandbox.Sandbox) {
 	time.Sleep(2 * time.Second)
 	switches := func() (n int64) {
 		for _, pid := range meter.executors {
-			n += ctxSwitches(pid)
+			n += procstat.Switches(pid)
 		}
 		return n
 	}
@@ -577,22 +533,6 @@ func idleSandboxes(b *testing.B, p *docker.Provider, boxes []sandbox.Sandbox) {
 		len(boxes), len(meter.executors), idleWindow, ms(c.total()-c.self)/idleWindow.Seconds(), ms(c.containers)/idleWindow.Seconds(),
 		ms(c.executors)/idleWindow.Seconds(), ms(c.shims)/idleWindow.Seconds(), ms(c.fuse)/idleWindow.Seconds(), ms(c.engine)/idleWindow.Seconds(),
 		sw, ms(c.host)/idleWindow.Seconds(), loadavg())
-}
-
-// ctxSwitches is the number of context switches of every thread of pid.
-func ctxSwitches(pid int) int64 {
-	tasks, _ := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
-	var n int64
-	for _, t := range tasks {
-		st, _ := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/status", pid, t.Name()))
-		for _, l := range strings.Split(string(st), "\n") {
-			if k, v, ok := strings.Cut(l, ":"); ok && strings.HasSuffix(k, "ctxt_switches") {
-				x, _ := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
-				n += x
-			}
-		}
-	}
-	return n
 }
 
 // BenchmarkStepExecutorAB compares two executor binaries stepping `echo

@@ -6,13 +6,13 @@ import (
 	"os"
 	"os/exec"
 	"sort"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/gymserver/gymserver/envs/executor"
 	"github.com/gymserver/gymserver/envs/sandbox"
+	"github.com/gymserver/gymserver/internal/procstat"
 )
 
 // BenchmarkExecutorCost measures what the executor process itself spends
@@ -113,46 +113,15 @@ func executorCost(b *testing.B, bin string, n int, pause time.Duration) (cpuUS, 
 	}
 	run() // the executor is started and warm
 	pid := cmd.Process.Pid
-	cpu0, sw0 := processCPU(pid), threadSwitches(pid)
+	cpu0, sw0 := procstat.CPU(pid), procstat.Switches(pid)
 	for range n {
 		if pause > 0 {
 			time.Sleep(pause)
 		}
 		run()
 	}
-	cpu1, sw1 := processCPU(pid), threadSwitches(pid)
+	cpu1, sw1 := procstat.CPU(pid), procstat.Switches(pid)
 	return float64((cpu1 - cpu0).Microseconds()) / float64(n), float64(sw1-sw0) / float64(n)
-}
-
-// processCPU is the user and system time of pid's threads, children not
-// included.
-func processCPU(pid int) time.Duration {
-	data, _ := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	s := string(data)
-	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
-	if len(f) < 13 {
-		return 0
-	}
-	ut, _ := strconv.ParseInt(f[11], 10, 64)
-	st, _ := strconv.ParseInt(f[12], 10, 64)
-	return time.Duration(ut+st) * (time.Second / 100) // USER_HZ
-}
-
-// threadSwitches is the number of context switches of every thread of
-// pid, voluntary or not.
-func threadSwitches(pid int) int64 {
-	tasks, _ := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
-	var n int64
-	for _, t := range tasks {
-		st, _ := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/status", pid, t.Name()))
-		for _, l := range strings.Split(string(st), "\n") {
-			if k, v, ok := strings.Cut(l, ":"); ok && strings.HasSuffix(k, "ctxt_switches") {
-				x, _ := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
-				n += x
-			}
-		}
-	}
-	return n
 }
 
 // middle is the median of xs.

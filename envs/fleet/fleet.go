@@ -179,15 +179,7 @@ func New(ctx context.Context, opts Options) (*Fleet, error) {
 	// Join them all at once: one that does not answer costs at most a
 	// health check's timeout.
 	errs := make([]error, len(f.engines))
-	var wg sync.WaitGroup
-	for i, e := range f.engines {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			errs[i] = f.ping(ctx, e)
-		}()
-	}
-	wg.Wait()
+	f.eachEngine(func(i int, e *engine) { errs[i] = f.ping(ctx, e) })
 	joined := 0
 	for i, e := range f.engines {
 		if errs[i] == nil {
@@ -283,21 +275,28 @@ func (f *Fleet) Close(ctx context.Context) error {
 // closeEngines closes the providers at once and their clients.
 func (f *Fleet) closeEngines(ctx context.Context) error {
 	errs := make([]error, len(f.engines))
+	f.eachEngine(func(i int, e *engine) {
+		if p := f.provider(e); p != nil {
+			if err := p.Close(ctx); err != nil {
+				errs[i] = fmt.Errorf("fleet: engine %s: %w", e.name, err)
+			}
+		}
+		e.cli.Close()
+	})
+	return errors.Join(errs...)
+}
+
+// eachEngine runs fn for every engine at once and waits for them all.
+func (f *Fleet) eachEngine(fn func(i int, e *engine)) {
 	var wg sync.WaitGroup
 	for i, e := range f.engines {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if p := f.provider(e); p != nil {
-				if err := p.Close(ctx); err != nil {
-					errs[i] = fmt.Errorf("fleet: engine %s: %w", e.name, err)
-				}
-			}
-			e.cli.Close()
+			fn(i, e)
 		}()
 	}
 	wg.Wait()
-	return errors.Join(errs...)
 }
 
 // Providers returns the providers of the engines that have joined, by
@@ -652,15 +651,7 @@ func (f *Fleet) watch(ctx context.Context) {
 // CheckHealth pings every engine at once and marks each up or down; the
 // health checks call it every Options.HealthEvery.
 func (f *Fleet) CheckHealth(ctx context.Context) {
-	var wg sync.WaitGroup
-	for _, e := range f.engines {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			f.ping(ctx, e)
-		}()
-	}
-	wg.Wait()
+	f.eachEngine(func(_ int, e *engine) { f.ping(ctx, e) })
 }
 
 // ping pings e, joins it to the fleet the first time it answers, marks it

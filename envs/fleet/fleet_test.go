@@ -361,18 +361,8 @@ func TestStartOnDeadEngineGoesElsewhere(t *testing.T) {
 		}
 	})
 	ctx := t.Context()
-	img, err := f.Prepare(ctx, sandbox.ImageSpec{BaseImage: baseimage.Python, WorkDir: "/workspace"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	first, err := f.Create(ctx, sandbox.Spec{Image: img, WorkDir: "/workspace"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	img, first := prepareAndCreate(t, f, "main", "a tie goes to the first listed")
 	defer first.Close(context.Background())
-	if got := fleet.EngineOf(first); got != "main" {
-		t.Fatalf("first sandbox on %s, want main (a tie goes to the first listed)", got)
-	}
 	// x (0/2) is now the least loaded, but dead.
 	x.Kill()
 	second, err := f.Create(ctx, sandbox.Spec{Image: img, WorkDir: "/workspace"})
@@ -504,18 +494,8 @@ func TestEngineJoinsLate(t *testing.T) {
 	if _, ok := f.Providers()["late"]; ok {
 		t.Fatal("engine late has a provider before it joined")
 	}
-	img, err := f.Prepare(ctx, sandbox.ImageSpec{BaseImage: baseimage.Python, WorkDir: "/workspace"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	first, err := f.Create(ctx, sandbox.Spec{Image: img, WorkDir: "/workspace"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	img, first := prepareAndCreate(t, f, "main", "late is down")
 	defer first.Close(context.Background())
-	if got := fleet.EngineOf(first); got != "main" {
-		t.Fatalf("sandbox on %s while late is down, want main", got)
-	}
 
 	late.Restart()
 	f.CheckHealth(ctx)
@@ -541,4 +521,23 @@ func TestEngineJoinsLate(t *testing.T) {
 	if e := info("late"); e.Transfers == 0 {
 		t.Fatalf("engine late: %+v, want its image copied in", e)
 	}
+}
+
+// prepareAndCreate prepares the base image on the fleet and starts a
+// sandbox of it, which must land on engine want (why says why).
+func prepareAndCreate(t *testing.T, f *fleet.Fleet, want, why string) (string, sandbox.Sandbox) {
+	t.Helper()
+	img, err := f.Prepare(t.Context(), sandbox.ImageSpec{BaseImage: baseimage.Python, WorkDir: "/workspace"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sb, err := f.Create(t.Context(), sandbox.Spec{Image: img, WorkDir: "/workspace"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := fleet.EngineOf(sb); got != want {
+		sb.Close(context.Background())
+		t.Fatalf("sandbox on %s, want %s (%s)", got, want, why)
+	}
+	return img, sb
 }
