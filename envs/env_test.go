@@ -20,6 +20,7 @@ import (
 	"github.com/gymserver/gymserver/envs/docker"
 	"github.com/gymserver/gymserver/envs/sandbox"
 	"github.com/gymserver/gymserver/gym"
+	"github.com/gymserver/gymserver/internal/waittest"
 )
 
 // The tests in this file run real episodes on the real Docker Engine with
@@ -299,9 +300,8 @@ func TestCloseRemovesContainer(t *testing.T) {
 	if res.TerminationReason != gym.ReasonClosed || res.Evaluation != nil {
 		t.Errorf("result %+v", res)
 	}
-	if n := list(); n != 0 {
-		t.Fatalf("%d containers left after close", n)
-	}
+	// The container goes in the background after Close returns.
+	waittest.For(t, "the session's container to be removed", time.Minute, func() bool { return list() == 0 })
 	if _, err := s.Close(t.Context()); err != nil {
 		t.Errorf("second close: %v", err)
 	}
@@ -490,9 +490,10 @@ func TestSnapshotAndForkOnDocker(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	imgs, err := shared.Client().ImageList(ctx, image.ListOptions{Filters: filters.NewArgs(filters.Arg("label", "gymserver.snapshot"),
-		filters.Arg("label", sandbox.LabelOwner+"="+shared.Provider(t).Owner()))})
-	if err != nil || len(imgs) != 0 {
-		t.Errorf("snapshot images left after the drop: %d (%v)", len(imgs), err)
-	}
+	// The forks' containers, and then the image, go in the background.
+	waittest.Until(t, "no snapshot image left after the drop", time.Minute, func() (bool, error) {
+		imgs, err := shared.Client().ImageList(ctx, image.ListOptions{Filters: filters.NewArgs(filters.Arg("label", "gymserver.snapshot"),
+			filters.Arg("label", sandbox.LabelOwner+"="+shared.Provider(t).Owner()))})
+		return len(imgs) == 0, err
+	})
 }

@@ -48,6 +48,11 @@ import (
 // BenchmarkEpisode.
 var episodeNoZygote = flag.Bool("episode.no-zygote", false, "BenchmarkEpisode: also run gymserver without the verifier zygote")
 
+// episodeSyncRemove adds ours with the container removed within close
+// (docker.Options.SyncRemove, as before removals ran in the background)
+// to BenchmarkEpisode.
+var episodeSyncRemove = flag.Bool("episode.sync-remove", false, "BenchmarkEpisode: also run gymserver removing the container within close")
+
 // calculatorEnv loads calculator_api on p.
 func calculatorEnv(b *testing.B, p sandbox.Provider) (*envs.TaskEnv, config.Environment, []gym.ToolCall) {
 	return calculatorEnvWith(b, p, nil)
@@ -78,11 +83,12 @@ func calculatorEnvWith(b *testing.B, p sandbox.Provider, edit func(*config.Envir
 	return e, ec, calls
 }
 
-// episode runs one reference episode of e and returns its evaluation.
-func episode(ctx context.Context, e *envs.TaskEnv, calls []gym.ToolCall) (*gym.Evaluation, error) {
+// episode runs one reference episode of e and returns its evaluation and
+// how long the close took.
+func episode(ctx context.Context, e *envs.TaskEnv, calls []gym.ToolCall) (*gym.Evaluation, time.Duration, error) {
 	s, _, err := e.Reset(ctx, gym.ResetRequest{})
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	var last gym.StepResult
 	for _, c := range calls {
@@ -90,13 +96,15 @@ func episode(ctx context.Context, e *envs.TaskEnv, calls []gym.ToolCall) (*gym.E
 			break
 		}
 	}
+	t0 := time.Now()
 	if _, cerr := s.Close(ctx); err == nil {
 		err = cerr
 	}
+	closed := time.Since(t0)
 	if err == nil && (last.Info.Evaluation == nil || last.Info.Evaluation.Reward != 1) {
 		err = fmt.Errorf("evaluation %+v, want reward 1", last.Info.Evaluation)
 	}
-	return last.Info.Evaluation, err
+	return last.Info.Evaluation, closed, err
 }
 
 // apiTask is calculator_api for the baseline: the starter and reference
@@ -254,15 +262,19 @@ func round(p int, job func() error) (time.Duration, error) {
 // episodeStats collects one way's episodes.
 type episodeStats struct {
 	// mu guards the fields below.
-	mu         sync.Mutex
-	wall       time.Duration
-	n          int
-	lat, evals []time.Duration
+	mu                 sync.Mutex
+	wall               time.Duration
+	n                  int
+	lat, evals, closes []time.Duration
 }
 
-func (st *episodeStats) add(lat, eval time.Duration) {
+// add records an episode; closed is its close, 0 when not measured.
+func (st *episodeStats) add(lat, eval, closed time.Duration) {
 	st.mu.Lock()
 	st.lat, st.evals = append(st.lat, lat), append(st.evals, eval)
+	if closed > 0 {
+		st.closes = append(st.closes, closed)
+	}
 	st.mu.Unlock()
 }
 
@@ -270,6 +282,9 @@ func (st *episodeStats) report(b *testing.B, way string) {
 	b.ReportMetric(float64(st.n)/st.wall.Minutes(), way+"_episodes/min")
 	b.ReportMetric(ms(percentile(st.lat, 50)), way+"_episode_p50_ms")
 	b.ReportMetric(ms(percentile(st.evals, 50)), way+"_eval_p50_ms")
+	if len(st.closes) > 0 {
+		b.ReportMetric(ms(percentile(st.closes, 50)), way+"_close_p50_ms")
+	}
 }
 
 // BenchmarkEpisode measures calculator_api episodes with the reference
@@ -281,8 +296,19 @@ func (st *episodeStats) report(b *testing.B, way string) {
 // P = 8 the two CPUs of the CI machine are saturated. Ours runs with the
 // verifier zygote (the default); with -episode.no-zygote each round also
 // runs P episodes of ours without it, reported as gymserver_no_zygote.
+// Ours removes each container in the background after close; with
+// -episode.sync-remove each round also runs P episodes of ours removing it
+// within close (as before), reported as gymserver_sync_remove. Ours
+// reports the p50 of its close too. The background removals of one way's
+// round may overlap the next way's round: the machine does that work
+// either way, only no longer on the client's clock.
 func BenchmarkEpisode(b *testing.B) {
 	p, cli := dockertest.NewWith(b, docker.Options{})
+	var es *envs.TaskEnv
+	if *episodeSyncRemove {
+		ps, _ := dockertest.NewWith(b, docker.Options{SyncRemove: true})
+		es, _, _ = calculatorEnv(b, ps)
+	}
 	e, ec, calls := calculatorEnv(b, p)
 	ef, _, _ := calculatorEnvWith(b, p, func(ec *config.Environment) {
 		off := false
@@ -293,22 +319,22 @@ func BenchmarkEpisode(b *testing.B) {
 	for _, par := range []int{1, 4, 8} {
 		b.Run(fmt.Sprintf("P=%d", par), func(b *testing.B) {
 			ctx := context.Background()
-			var ours, fresh, base episodeStats
+			var ours, fresh, syncRm, base episodeStats
 			for range b.N {
 				for _, w := range []struct {
 					e  *envs.TaskEnv
 					st *episodeStats
-				}{{e, &ours}, {ef, &fresh}} {
-					if w.st == &fresh && !*episodeNoZygote {
+				}{{e, &ours}, {ef, &fresh}, {es, &syncRm}} {
+					if w.st == &fresh && !*episodeNoZygote || w.st == &syncRm && !*episodeSyncRemove {
 						continue
 					}
 					d, err := round(par, func() error {
 						t0 := time.Now()
-						r, err := episode(ctx, w.e, calls)
+						r, closed, err := episode(ctx, w.e, calls)
 						if err != nil {
 							return err
 						}
-						w.st.add(time.Since(t0), time.Duration(r.Duration))
+						w.st.add(time.Since(t0), time.Duration(r.Duration), closed)
 						return nil
 					})
 					if err != nil {
@@ -326,7 +352,7 @@ func BenchmarkEpisode(b *testing.B) {
 					if err != nil {
 						return err
 					}
-					base.add(time.Since(t0), ev)
+					base.add(time.Since(t0), ev, 0)
 					return nil
 				})
 				if err != nil {
@@ -338,6 +364,9 @@ func BenchmarkEpisode(b *testing.B) {
 			ours.report(b, "gymserver")
 			if *episodeNoZygote {
 				fresh.report(b, "gymserver_no_zygote")
+			}
+			if *episodeSyncRemove {
+				syncRm.report(b, "gymserver_sync_remove")
 			}
 			base.report(b, "docker_api")
 		})

@@ -158,9 +158,8 @@ func TestDockerReferenceEpisode(t *testing.T) {
 	if err != nil || fin.Evaluation == nil || fin.Evaluation.Reward != 1 {
 		t.Fatalf("close: %+v %v", fin, err)
 	}
-	if n := sessionContainers(t, s.ID()); n != 0 {
-		t.Errorf("%d containers left after close", n)
-	}
+	// The container goes in the background after the close's answer.
+	waittest.For(t, "the session's container to be removed", time.Minute, func() bool { return sessionContainers(t, s.ID()) == 0 })
 }
 
 func TestDockerVanishedClientLeavesNoContainer(t *testing.T) {

@@ -81,6 +81,10 @@ var (
 	descPoolResets = prometheus.NewDesc("gymserver_pool_resets_total",
 		"Sandboxes handed out for the environment, by source: pool (ready from the warm pool) or cold (started for the request).",
 		[]string{"env", "source"}, nil)
+	descRemoving = prometheus.NewDesc("gymserver_containers_removing",
+		"Containers of closed sessions being removed in the background.", nil, nil)
+	descRemoveErrors = prometheus.NewDesc("gymserver_remove_errors_total",
+		"Container removals that failed after a retry, left to the janitor or a reaper.", nil, nil)
 )
 
 // poolCollector reports the warm pools of a server in /metrics.
@@ -88,13 +92,21 @@ type poolCollector struct{ s *Server }
 
 // Describe sends the descriptions of the warm-pool metrics.
 func (c poolCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descPoolTarget, descPoolReady, descPoolStarting, descPoolCreated, descPoolResets} {
+	for _, d := range []*prometheus.Desc{descPoolTarget, descPoolReady, descPoolStarting, descPoolCreated, descPoolResets, descRemoving, descRemoveErrors} {
 		ch <- d
 	}
 }
 
-// Collect sends the warm-pool metrics.
+// Collect sends the warm-pool and removal metrics.
 func (c poolCollector) Collect(ch chan<- prometheus.Metric) {
+	var removing, removeErrors float64
+	for _, ps := range c.s.pools {
+		st := ps.PoolStats()
+		removing += float64(st.Removing)
+		removeErrors += float64(st.RemoveErrors)
+	}
+	ch <- prometheus.MustNewConstMetric(descRemoving, prometheus.GaugeValue, removing)
+	ch <- prometheus.MustNewConstMetric(descRemoveErrors, prometheus.CounterValue, removeErrors)
 	byEnv, _ := c.s.poolTotals()
 	for env, t := range byEnv {
 		ch <- prometheus.MustNewConstMetric(descPoolTarget, prometheus.GaugeValue, float64(t.Target), env)

@@ -461,6 +461,8 @@ func TestUIStateShowsWarmPool(t *testing.T) {
 		`gymserver_pool_target{env="` + env + `"} 2`,
 		`gymserver_pool_resets_total{env="` + env + `",source="pool"} 1`,
 		`gymserver_pool_resets_total{env="` + env + `",source="cold"} 1`,
+		"\ngymserver_containers_removing ",
+		"\ngymserver_remove_errors_total 0\n",
 	} {
 		if !strings.Contains(string(body), want) {
 			t.Errorf("/metrics lacks %s", want)

@@ -48,3 +48,11 @@ func StartPhases(sb sandbox.Sandbox) map[string]time.Duration {
 // created pool, a sandbox made before the Create call that returned it
 // came from the warm pool.
 func Made(sb sandbox.Sandbox) time.Time { return sb.(*Sandbox).made }
+
+// SetMaxPendingRemovals changes how many container removals may be
+// pending before Sandbox.Close waits. Call it before p makes sandboxes.
+func SetMaxPendingRemovals(p *Provider, n int) {
+	p.mu.Lock()
+	p.rm.max = n
+	p.mu.Unlock()
+}

@@ -280,11 +280,12 @@ func (p *Provider) countFor(key string, spec sandbox.Spec) *poolCount {
 }
 
 // PoolStats returns the state of every pool a Create asked for, sorted by
-// image; none without Options.WarmPool (Create counts nothing then).
+// image; none without Options.WarmPool (Create counts nothing then); and
+// the container removals pending and failed.
 func (p *Provider) PoolStats() sandbox.PoolStats {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	st := sandbox.PoolStats{Pools: []sandbox.Pool{}}
+	st := sandbox.PoolStats{Pools: []sandbox.Pool{}, Removing: p.rm.pending, RemoveErrors: p.rm.errors}
 	for key, c := range p.counts {
 		st.Pools = append(st.Pools, sandbox.Pool{
 			Image: c.image, Envs: slices.Sorted(maps.Keys(c.envs)),

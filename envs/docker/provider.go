@@ -123,6 +123,10 @@ type Options struct {
 	// pruning to images that carry all of them; tests that share an
 	// engine use it to leave each other's images alone.
 	ImageCacheLabels []string
+	// SyncRemove makes Sandbox.Close remove the container before it
+	// returns, as it did before removals ran in the background; for
+	// comparisons.
+	SyncRemove bool
 }
 
 // Provider makes Docker sandboxes. It is safe for concurrent use.
@@ -162,6 +166,8 @@ type Provider struct {
 	// are those DropImage could not remove yet because a sandbox uses them.
 	snapshots map[string]bool
 	dropped   map[string]bool
+	// rm are the container removals that Sandbox.Close started.
+	rm removal
 	// roots are the places the agent can write, by image (see
 	// Sandbox.Archive).
 	roots map[string][]executor.Root
@@ -214,6 +220,7 @@ func New(ctx context.Context, opts Options) (*Provider, error) {
 		dropped:   map[string]bool{},
 		bounds:    execBounds{grace: execGrace, alive: aliveEvery},
 		roots:     map[string][]executor.Root{},
+		rm:        removal{done: make(chan struct{}), workers: make(chan struct{}, removeWorkers), max: maxPendingRemovals},
 	}
 	p.bgCtx, p.bgCancel = context.WithCancel(context.Background())
 	if p.log == nil {
@@ -338,6 +345,8 @@ func (p *Provider) Close(ctx context.Context) error {
 		})
 	}
 	g.Wait()
+	// Removals started before, by the sessions' Close, end too.
+	p.waitRemovals()
 	// Anything labelled with our owner that was not tracked (a start that
 	// failed half-way, a prepare container) goes too.
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), removeTimeout)

@@ -49,7 +49,6 @@ type Sandbox struct {
 	phases startPhases
 
 	closeOnce sync.Once
-	closeErr  error
 }
 
 var _ sandbox.Sandbox = (*Sandbox)(nil)
@@ -530,8 +529,12 @@ func (s *Sandbox) CopyIn(ctx context.Context, files []sandbox.File) error {
 	})
 }
 
-// Close removes the container. It is idempotent and works on a
-// half-created sandbox.
+// Close stops the sandbox's executor and has its container removed. The
+// removal runs in the background (see Options.SyncRemove): Close waits
+// only while too many removals are pending, and the sandbox counts as
+// live until its container is gone; Provider.Close waits for every
+// removal. A removal that fails is counted in PoolStats, not returned.
+// Close is idempotent and works on a half-created sandbox.
 func (s *Sandbox) Close(ctx context.Context) error {
 	s.closeOnce.Do(func() {
 		if s.exec != nil {
@@ -539,24 +542,16 @@ func (s *Sandbox) Close(ctx context.Context) error {
 		} else if s.conn.Conn != nil {
 			s.conn.Close()
 		}
-		if s.copied != nil {
-			<-s.copied
+		if s.p.opts.SyncRemove {
+			s.p.mu.Lock()
+			s.p.rm.pending++
+			s.p.mu.Unlock()
+			s.p.removeSandbox(s)
+			return
 		}
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), removeTimeout)
-		defer cancel()
-		s.closeErr = s.p.remove(rctx, s.id)
-		s.p.mu.Lock()
-		delete(s.p.live, s.id)
-		pending := len(s.p.dropped) > 0
-		s.p.mu.Unlock()
-		if pending {
-			// This may have been the last sandbox of a dropped snapshot.
-			if err := s.p.removeDropped(rctx); err != nil {
-				s.p.log.Warn("removing dropped snapshots", "err", err)
-			}
-		}
+		s.p.startRemoval(s)
 	})
-	return s.closeErr
+	return nil
 }
 
 // envList turns a map into sorted KEY=VALUE entries.

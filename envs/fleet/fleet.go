@@ -761,7 +761,8 @@ func EngineOf(sb sandbox.Sandbox) string {
 }
 
 // PoolStats returns the warm pools of every engine, each with its
-// engine's name, in the engines' order.
+// engine's name, in the engines' order, and the sums of the engines'
+// pending and failed container removals.
 func (f *Fleet) PoolStats() sandbox.PoolStats {
 	st := sandbox.PoolStats{Pools: []sandbox.Pool{}}
 	for _, e := range f.engines {
@@ -769,10 +770,13 @@ func (f *Fleet) PoolStats() sandbox.PoolStats {
 		if p == nil {
 			continue
 		}
-		for _, pool := range p.PoolStats().Pools {
+		ps := p.PoolStats()
+		for _, pool := range ps.Pools {
 			pool.Engine = e.name
 			st.Pools = append(st.Pools, pool)
 		}
+		st.Removing += ps.Removing
+		st.RemoveErrors += ps.RemoveErrors
 	}
 	return st
 }

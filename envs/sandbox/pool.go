@@ -6,6 +6,12 @@ type PoolStats struct {
 	// Pools are the pools of every spec a session was made for, by
 	// engine when the provider has several.
 	Pools []Pool `json:"pools"`
+	// Removing are the closed sandboxes whose containers are being
+	// removed; they still count as live until gone.
+	Removing int `json:"removing"`
+	// RemoveErrors counts the container removals that failed (after a
+	// retry) and were left to the janitor or a reaper.
+	RemoveErrors int64 `json:"remove_errors"`
 }
 
 // Pool is the state of one pool: the sandboxes kept for one Spec (the

@@ -58,7 +58,10 @@ type Sandbox interface {
 	// are in (a directory of the agent's that holds one gets the sticky
 	// bit), and its processes must be killed first.
 	CopyIn(ctx context.Context, files []File) error
-	// Close destroys the sandbox.
+	// Close destroys the sandbox: every other method fails after it. A
+	// backend may release the sandbox's resources (the container) in
+	// the background after Close returns; the provider's Close waits
+	// for them.
 	Close(ctx context.Context) error
 }
 
@@ -143,7 +146,9 @@ type Provider interface {
 	Prepare(ctx context.Context, spec ImageSpec) (string, error)
 	// Create starts a sandbox from a prepared image.
 	Create(ctx context.Context, spec Spec) (Sandbox, error)
-	// Close releases the provider and destroys the sandboxes it still owns.
+	// Close releases the provider and destroys the sandboxes it still
+	// owns; it returns once the resources of every sandbox closed before
+	// are released.
 	Close(ctx context.Context) error
 }
 

@@ -40,7 +40,9 @@ func open(t testing.TB, opts docker.Options) (*docker.Provider, *client.Client, 
 	if err != nil {
 		return nil, nil, err
 	}
-	opts.Client = cli
+	if opts.Client == nil {
+		opts.Client = cli
+	}
 	if opts.ImageCacheLabels == nil {
 		// Tests of other packages may share the engine: a test provider
 		// prunes only the images its test marks for it.
@@ -102,7 +104,8 @@ func New(t testing.TB, logger *slog.Logger) (*docker.Provider, *client.Client) {
 }
 
 // NewWith is New with options (e.g. a warm pool); the executor, client and
-// base-image builder are filled in when unset.
+// base-image builder are filled in when unset. The client returned is a
+// plain one of the test's own, also when opts.Client is set.
 func NewWith(t testing.TB, opts docker.Options) (*docker.Provider, *client.Client) {
 	t.Helper()
 	p, cli, err := open(t, opts)
