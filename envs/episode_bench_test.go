@@ -359,15 +359,23 @@ type timedCall struct {
 	took, inside time.Duration
 	// zygote says an exec ran through the verifier zygote.
 	zygote bool
+	// cpu is the container's CPU time during the call (cgroup cpuacct),
+	// or negative where that is not readable.
+	cpu time.Duration
 }
 
-func (s *timedSandbox) record(op string, start time.Time, inside time.Duration) {
-	s.recordExec(op, start, inside, false)
+func (s *timedSandbox) record(op string, start time.Time, cpu0 int64, inside time.Duration) {
+	s.recordExec(op, start, cpu0, inside, false)
 }
 
-func (s *timedSandbox) recordExec(op string, start time.Time, inside time.Duration, zygote bool) {
+func (s *timedSandbox) recordExec(op string, start time.Time, cpu0 int64, inside time.Duration, zygote bool) {
+	took := time.Since(start)
+	cpu := time.Duration(-1)
+	if cpu1 := s.cpuNS(); cpu0 >= 0 && cpu1 >= 0 {
+		cpu = time.Duration(cpu1 - cpu0)
+	}
 	s.mu.Lock()
-	s.calls = append(s.calls, timedCall{op, time.Since(start), inside, zygote})
+	s.calls = append(s.calls, timedCall{op, took, inside, zygote, cpu})
 	s.mu.Unlock()
 }
 
@@ -380,9 +388,9 @@ func (s *timedSandbox) take() []timedCall {
 }
 
 func (s *timedSandbox) Exec(ctx context.Context, req sandbox.ExecRequest) (sandbox.ExecResult, error) {
-	start := time.Now()
+	start, cpu0 := time.Now(), s.cpuNS()
 	r, err := s.Sandbox.Exec(ctx, req)
-	s.recordExec("exec", start, r.Duration, r.ViaZygote)
+	s.recordExec("exec", start, cpu0, r.Duration, r.ViaZygote)
 	return r, err
 }
 
@@ -405,24 +413,70 @@ func (s *timedSandbox) cpuNS() int64 {
 }
 
 func (s *timedSandbox) KillAll(ctx context.Context) error {
-	start := time.Now()
+	start, cpu0 := time.Now(), s.cpuNS()
 	err := s.Sandbox.KillAll(ctx)
-	s.record("kill", start, 0)
+	s.record("kill", start, cpu0, 0)
 	return err
 }
 
 func (s *timedSandbox) Remove(ctx context.Context, p string) error {
-	start := time.Now()
+	start, cpu0 := time.Now(), s.cpuNS()
 	err := s.Sandbox.Remove(ctx, p)
-	s.record("remove", start, 0)
+	s.record("remove", start, cpu0, 0)
 	return err
 }
 
 func (s *timedSandbox) CopyIn(ctx context.Context, files []sandbox.File) error {
-	start := time.Now()
+	start, cpu0 := time.Now(), s.cpuNS()
 	err := s.Sandbox.CopyIn(ctx, files)
-	s.record("copy_in", start, 0)
+	s.record("copy_in", start, cpu0, 0)
 	return err
+}
+
+// cpuPhaseNames are the parts of an evaluation whose container CPU time
+// BenchmarkEvaluate reports, in order.
+var cpuPhaseNames = []string{"kill_before", "remove", "copy_in", "exec", "kill_after", "outside_calls", "total"}
+
+// addCPUPhases adds one evaluation's container CPU time by part to
+// phases under "arm/part": each kind of call, and what the container used
+// outside any call (total minus the calls).
+func addCPUPhases(phases map[string][]time.Duration, arm string, calls []timedCall, total time.Duration) {
+	sum := map[string]time.Duration{}
+	kills := 0
+	var inCalls time.Duration
+	for _, c := range calls {
+		if c.cpu < 0 {
+			return
+		}
+		op := c.op
+		if op == "kill" {
+			if kills++; kills == 1 {
+				op = "kill_before"
+			} else {
+				op = "kill_after"
+			}
+		}
+		sum[op] += c.cpu
+		inCalls += c.cpu
+	}
+	sum["outside_calls"] = total - inCalls
+	sum["total"] = total
+	for _, k := range cpuPhaseNames {
+		phases[arm+"/"+k] = append(phases[arm+"/"+k], sum[k])
+	}
+}
+
+// printCPUPhases prints the p50 container CPU time of each part of an
+// evaluation, with and without the zygote side by side.
+func printCPUPhases(phases map[string][]time.Duration) {
+	fmt.Printf("%-14s %12s %12s   (container CPU per evaluation, p50 ms)\n", "part", "zygote", "no_zygote")
+	for _, k := range cpuPhaseNames {
+		z, f := phases["zygote/"+k], phases["no_zygote/"+k]
+		if len(z) == 0 || len(f) == 0 {
+			continue
+		}
+		fmt.Printf("%-14s %12.1f %12.1f\n", k, ms(percentile(z, 50)), ms(percentile(f, 50)))
+	}
 }
 
 // timedProvider hands out timedSandboxes and remembers the last one.
@@ -500,6 +554,8 @@ func BenchmarkEvaluate(b *testing.B) {
 	b.Run("calculator_api", func(b *testing.B) {
 		task := newAPITask(b, ec)
 		phases := map[string][]time.Duration{}
+		// cpuPhases: the container's CPU time in each call, by arm.
+		cpuPhases := map[string][]time.Duration{}
 		var total, fresh, base, cpu, freshCPU, ready, readyCPU []time.Duration
 		var rss []int64
 		viaZygote := 0
@@ -567,6 +623,7 @@ func BenchmarkEvaluate(b *testing.B) {
 				known += d
 			}
 			phases["other"] = append(phases["other"], took-known)
+			addCPUPhases(cpuPhases, "zygote", calls, used)
 
 			// Without the zygote.
 			s, sb = start(b, ef, pf)
@@ -578,6 +635,7 @@ func BenchmarkEvaluate(b *testing.B) {
 					phases["fresh_pytest_process"] = append(phases["fresh_pytest_process"], c.inside)
 				}
 			}
+			addCPUPhases(cpuPhases, "no_zygote", calls, used)
 
 			d, reward, err := apiEpisode(ctx, cli, task)
 			if err != nil || reward != 1 {
@@ -599,6 +657,7 @@ func BenchmarkEvaluate(b *testing.B) {
 		for k, d := range phases {
 			b.ReportMetric(ms(percentile(d, 50)), k+"_p50_ms")
 		}
+		printCPUPhases(cpuPhases)
 		fmt.Printf("evaluate calculator_api p50 over %d: with the zygote %.1f ms (container CPU %.1f ms), without %.1f ms (CPU %.1f ms), docker API baseline %.1f ms; zygote ready in %.0f ms, %.1f MiB RSS\n",
 			b.N, ms(percentile(total, 50)), ms(percentile(cpu, 50)), ms(percentile(fresh, 50)), ms(percentile(freshCPU, 50)),
 			ms(percentile(base, 50)), ms(percentile(ready, 50)), float64(rss[(len(rss)-1)/2])/(1<<20))
