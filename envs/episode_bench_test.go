@@ -512,7 +512,11 @@ func (p *timedProvider) Create(ctx context.Context, spec sandbox.Spec) (sandbox.
 // copying the tests in, the pytest process, the rest of the pytest call
 // (the executor's kill after the command, the report read back, the
 // transport), the kill after the command, and what is left (planning,
-// parsing). The pytest_phases sub-benchmark splits the pytest process in
+// parsing). For both ways of ours it prints the container's CPU time in
+// each of these calls (cgroup cpuacct read before and after each one): the
+// exec call (the test command and the executor's work around it) against
+// the kills, the removal and the copy. The pytest_phases sub-benchmark
+// splits the pytest process in
 // the same sandbox, each probe's wall time and its CPU time (user plus
 // system, which a loaded machine inflates far less): the interpreter's
 // start, importing pytest, pytest's start with its plugins, the same with
