@@ -348,9 +348,16 @@ func BenchmarkEpisode(b *testing.B) {
 type timedSandbox struct {
 	sandbox.Sandbox
 
-	// mu guards the field below.
-	mu    sync.Mutex
-	calls []timedCall
+	// timesReport, when set, appends the shell's times builtin to the
+	// command of every exec with a report (the evaluation's pytest
+	// command, run without the zygote) and records its children's CPU
+	// time in reportChildCPU.
+	timesReport bool
+
+	// mu guards the fields below.
+	mu             sync.Mutex
+	calls          []timedCall
+	reportChildCPU []time.Duration
 }
 
 type timedCall struct {
@@ -388,9 +395,22 @@ func (s *timedSandbox) take() []timedCall {
 }
 
 func (s *timedSandbox) Exec(ctx context.Context, req sandbox.ExecRequest) (sandbox.ExecResult, error) {
+	timed := s.timesReport && req.Report && len(req.Argv) == 3 && req.Argv[0] == "/bin/sh" && req.Argv[1] == "-c"
+	if timed {
+		req.Argv = []string{"/bin/sh", "-c", req.Argv[2] + "; rc=$?; times >&2; exit $rc"}
+	}
 	start, cpu0 := time.Now(), s.cpuNS()
 	r, err := s.Sandbox.Exec(ctx, req)
 	s.recordExec("exec", start, cpu0, r.Duration, r.ViaZygote)
+	if timed && err == nil {
+		c, cerr := childCPU(r.Stderr)
+		if cerr != nil {
+			return r, cerr
+		}
+		s.mu.Lock()
+		s.reportChildCPU = append(s.reportChildCPU, c)
+		s.mu.Unlock()
+	}
 	return r, err
 }
 
@@ -523,7 +543,10 @@ func (p *timedProvider) Create(ctx context.Context, spec sandbox.Spec) (sandbox.
 // no entry-point scan (PYTEST_DISABLE_PLUGIN_AUTOLOAD), the same with no
 // bytecode cache (PYTHONPYCACHEPREFIX points nowhere) as the base image
 // was before it had one, the imports of the reference app.py, collection,
-// and the whole run (without the zygote, whose start these are). Sessions
+// and the whole run (without the zygote, whose start these are); then the
+// evaluation's own test command, its processes' CPU time beside the
+// container's during the exec call (the rest is the shell and the
+// executor). Sessions
 // start and end off the clock.
 func BenchmarkEvaluate(b *testing.B) {
 	dp, cli := dockertest.NewWith(b, docker.Options{})
@@ -707,6 +730,35 @@ func BenchmarkEvaluate(b *testing.B) {
 		for i, pr := range probes {
 			b.ReportMetric(ms(percentile(lat[i], 50)), pr.name+"_p50_ms")
 			b.ReportMetric(ms(percentile(cpu[i], 50)), pr.name+"_cpu_p50_ms")
+		}
+		// The evaluation's own test command (the guard, the canaries, the
+		// JUnit report, -rA) against the run probe above: its processes'
+		// CPU time (the times builtin) and the container's during the
+		// exec call, whose difference is the shell and the executor.
+		var evalCPU, execCPU []time.Duration
+		for range b.N {
+			// A session evaluates once: each run is a new one.
+			s, sb := start(b, ef, pf)
+			sb.timesReport = true
+			ev, err := s.Evaluate(ctx)
+			if err != nil || ev.Reward != 1 {
+				b.Fatalf("evaluate: %+v %v", ev, err)
+			}
+			for _, c := range sb.take() {
+				if c.op == "exec" && c.cpu >= 0 {
+					execCPU = append(execCPU, c.cpu)
+				}
+			}
+			sb.mu.Lock()
+			evalCPU = append(evalCPU, sb.reportChildCPU...)
+			sb.mu.Unlock()
+			if _, err := s.Close(ctx); err != nil {
+				b.Fatal(err)
+			}
+		}
+		if len(evalCPU) > 0 && len(execCPU) > 0 {
+			b.ReportMetric(ms(percentile(evalCPU, 50)), "eval_command_cpu_p50_ms")
+			b.ReportMetric(ms(percentile(execCPU, 50)), "eval_exec_container_cpu_p50_ms")
 		}
 	})
 }
