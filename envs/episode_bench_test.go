@@ -377,9 +377,16 @@ func BenchmarkEpisode(b *testing.B) {
 type timedSandbox struct {
 	sandbox.Sandbox
 
-	// mu guards the field below.
-	mu    sync.Mutex
-	calls []timedCall
+	// timesReport, when set, appends the shell's times builtin to the
+	// command of every exec with a report (the evaluation's pytest
+	// command, run without the zygote) and records its children's CPU
+	// time in reportChildCPU.
+	timesReport bool
+
+	// mu guards the fields below.
+	mu             sync.Mutex
+	calls          []timedCall
+	reportChildCPU []time.Duration
 }
 
 type timedCall struct {
@@ -388,15 +395,23 @@ type timedCall struct {
 	took, inside time.Duration
 	// zygote says an exec ran through the verifier zygote.
 	zygote bool
+	// cpu is the container's CPU time during the call (cgroup cpuacct),
+	// or negative where that is not readable.
+	cpu time.Duration
 }
 
-func (s *timedSandbox) record(op string, start time.Time, inside time.Duration) {
-	s.recordExec(op, start, inside, false)
+func (s *timedSandbox) record(op string, start time.Time, cpu0 int64, inside time.Duration) {
+	s.recordExec(op, start, cpu0, inside, false)
 }
 
-func (s *timedSandbox) recordExec(op string, start time.Time, inside time.Duration, zygote bool) {
+func (s *timedSandbox) recordExec(op string, start time.Time, cpu0 int64, inside time.Duration, zygote bool) {
+	took := time.Since(start)
+	cpu := time.Duration(-1)
+	if cpu1 := s.cpuNS(); cpu0 >= 0 && cpu1 >= 0 {
+		cpu = time.Duration(cpu1 - cpu0)
+	}
 	s.mu.Lock()
-	s.calls = append(s.calls, timedCall{op, time.Since(start), inside, zygote})
+	s.calls = append(s.calls, timedCall{op, took, inside, zygote, cpu})
 	s.mu.Unlock()
 }
 
@@ -409,9 +424,22 @@ func (s *timedSandbox) take() []timedCall {
 }
 
 func (s *timedSandbox) Exec(ctx context.Context, req sandbox.ExecRequest) (sandbox.ExecResult, error) {
-	start := time.Now()
+	timed := s.timesReport && req.Report && len(req.Argv) == 3 && req.Argv[0] == "/bin/sh" && req.Argv[1] == "-c"
+	if timed {
+		req.Argv = []string{"/bin/sh", "-c", req.Argv[2] + "; rc=$?; times >&2; exit $rc"}
+	}
+	start, cpu0 := time.Now(), s.cpuNS()
 	r, err := s.Sandbox.Exec(ctx, req)
-	s.recordExec("exec", start, r.Duration, r.ViaZygote)
+	s.recordExec("exec", start, cpu0, r.Duration, r.ViaZygote)
+	if timed && err == nil {
+		c, cerr := childCPU(r.Stderr)
+		if cerr != nil {
+			return r, cerr
+		}
+		s.mu.Lock()
+		s.reportChildCPU = append(s.reportChildCPU, c)
+		s.mu.Unlock()
+	}
 	return r, err
 }
 
@@ -434,24 +462,70 @@ func (s *timedSandbox) cpuNS() int64 {
 }
 
 func (s *timedSandbox) KillAll(ctx context.Context) error {
-	start := time.Now()
+	start, cpu0 := time.Now(), s.cpuNS()
 	err := s.Sandbox.KillAll(ctx)
-	s.record("kill", start, 0)
+	s.record("kill", start, cpu0, 0)
 	return err
 }
 
 func (s *timedSandbox) Remove(ctx context.Context, p string) error {
-	start := time.Now()
+	start, cpu0 := time.Now(), s.cpuNS()
 	err := s.Sandbox.Remove(ctx, p)
-	s.record("remove", start, 0)
+	s.record("remove", start, cpu0, 0)
 	return err
 }
 
 func (s *timedSandbox) CopyIn(ctx context.Context, files []sandbox.File) error {
-	start := time.Now()
+	start, cpu0 := time.Now(), s.cpuNS()
 	err := s.Sandbox.CopyIn(ctx, files)
-	s.record("copy_in", start, 0)
+	s.record("copy_in", start, cpu0, 0)
 	return err
+}
+
+// cpuPhaseNames are the parts of an evaluation whose container CPU time
+// BenchmarkEvaluate reports, in order.
+var cpuPhaseNames = []string{"kill_before", "remove", "copy_in", "exec", "kill_after", "outside_calls", "total"}
+
+// addCPUPhases adds one evaluation's container CPU time by part to
+// phases under "arm/part": each kind of call, and what the container used
+// outside any call (total minus the calls).
+func addCPUPhases(phases map[string][]time.Duration, arm string, calls []timedCall, total time.Duration) {
+	sum := map[string]time.Duration{}
+	kills := 0
+	var inCalls time.Duration
+	for _, c := range calls {
+		if c.cpu < 0 {
+			return
+		}
+		op := c.op
+		if op == "kill" {
+			if kills++; kills == 1 {
+				op = "kill_before"
+			} else {
+				op = "kill_after"
+			}
+		}
+		sum[op] += c.cpu
+		inCalls += c.cpu
+	}
+	sum["outside_calls"] = total - inCalls
+	sum["total"] = total
+	for _, k := range cpuPhaseNames {
+		phases[arm+"/"+k] = append(phases[arm+"/"+k], sum[k])
+	}
+}
+
+// printCPUPhases prints the p50 container CPU time of each part of an
+// evaluation, with and without the zygote side by side.
+func printCPUPhases(phases map[string][]time.Duration) {
+	fmt.Printf("%-14s %12s %12s   (container CPU per evaluation, p50 ms)\n", "part", "zygote", "no_zygote")
+	for _, k := range cpuPhaseNames {
+		z, f := phases["zygote/"+k], phases["no_zygote/"+k]
+		if len(z) == 0 || len(f) == 0 {
+			continue
+		}
+		fmt.Printf("%-14s %12.1f %12.1f\n", k, ms(percentile(z, 50)), ms(percentile(f, 50)))
+	}
 }
 
 // timedProvider hands out timedSandboxes and remembers the last one.
@@ -487,14 +561,21 @@ func (p *timedProvider) Create(ctx context.Context, spec sandbox.Spec) (sandbox.
 // copying the tests in, the pytest process, the rest of the pytest call
 // (the executor's kill after the command, the report read back, the
 // transport), the kill after the command, and what is left (planning,
-// parsing). The pytest_phases sub-benchmark splits the pytest process in
+// parsing). For both ways of ours it prints the container's CPU time in
+// each of these calls (cgroup cpuacct read before and after each one): the
+// exec call (the test command and the executor's work around it) against
+// the kills, the removal and the copy. The pytest_phases sub-benchmark
+// splits the pytest process in
 // the same sandbox, each probe's wall time and its CPU time (user plus
 // system, which a loaded machine inflates far less): the interpreter's
 // start, importing pytest, pytest's start with its plugins, the same with
 // no entry-point scan (PYTEST_DISABLE_PLUGIN_AUTOLOAD), the same with no
 // bytecode cache (PYTHONPYCACHEPREFIX points nowhere) as the base image
 // was before it had one, the imports of the reference app.py, collection,
-// and the whole run (without the zygote, whose start these are). Sessions
+// and the whole run (without the zygote, whose start these are); then the
+// evaluation's own test command, its processes' CPU time beside the
+// container's during the exec call (the rest is the shell and the
+// executor). Sessions
 // start and end off the clock.
 func BenchmarkEvaluate(b *testing.B) {
 	dp, cli := dockertest.NewWith(b, docker.Options{})
@@ -529,6 +610,8 @@ func BenchmarkEvaluate(b *testing.B) {
 	b.Run("calculator_api", func(b *testing.B) {
 		task := newAPITask(b, ec)
 		phases := map[string][]time.Duration{}
+		// cpuPhases: the container's CPU time in each call, by arm.
+		cpuPhases := map[string][]time.Duration{}
 		var total, fresh, base, cpu, freshCPU, ready, readyCPU []time.Duration
 		var rss []int64
 		viaZygote := 0
@@ -596,6 +679,7 @@ func BenchmarkEvaluate(b *testing.B) {
 				known += d
 			}
 			phases["other"] = append(phases["other"], took-known)
+			addCPUPhases(cpuPhases, "zygote", calls, used)
 
 			// Without the zygote.
 			s, sb = start(b, ef, pf)
@@ -607,6 +691,7 @@ func BenchmarkEvaluate(b *testing.B) {
 					phases["fresh_pytest_process"] = append(phases["fresh_pytest_process"], c.inside)
 				}
 			}
+			addCPUPhases(cpuPhases, "no_zygote", calls, used)
 
 			d, reward, err := apiEpisode(ctx, cli, task)
 			if err != nil || reward != 1 {
@@ -628,6 +713,7 @@ func BenchmarkEvaluate(b *testing.B) {
 		for k, d := range phases {
 			b.ReportMetric(ms(percentile(d, 50)), k+"_p50_ms")
 		}
+		printCPUPhases(cpuPhases)
 		fmt.Printf("evaluate calculator_api p50 over %d: with the zygote %.1f ms (container CPU %.1f ms), without %.1f ms (CPU %.1f ms), docker API baseline %.1f ms; zygote ready in %.0f ms, %.1f MiB RSS\n",
 			b.N, ms(percentile(total, 50)), ms(percentile(cpu, 50)), ms(percentile(fresh, 50)), ms(percentile(freshCPU, 50)),
 			ms(percentile(base, 50)), ms(percentile(ready, 50)), float64(rss[(len(rss)-1)/2])/(1<<20))
@@ -673,6 +759,35 @@ func BenchmarkEvaluate(b *testing.B) {
 		for i, pr := range probes {
 			b.ReportMetric(ms(percentile(lat[i], 50)), pr.name+"_p50_ms")
 			b.ReportMetric(ms(percentile(cpu[i], 50)), pr.name+"_cpu_p50_ms")
+		}
+		// The evaluation's own test command (the guard, the canaries, the
+		// JUnit report, -rA) against the run probe above: its processes'
+		// CPU time (the times builtin) and the container's during the
+		// exec call, whose difference is the shell and the executor.
+		var evalCPU, execCPU []time.Duration
+		for range b.N {
+			// A session evaluates once: each run is a new one.
+			s, sb := start(b, ef, pf)
+			sb.timesReport = true
+			ev, err := s.Evaluate(ctx)
+			if err != nil || ev.Reward != 1 {
+				b.Fatalf("evaluate: %+v %v", ev, err)
+			}
+			for _, c := range sb.take() {
+				if c.op == "exec" && c.cpu >= 0 {
+					execCPU = append(execCPU, c.cpu)
+				}
+			}
+			sb.mu.Lock()
+			evalCPU = append(evalCPU, sb.reportChildCPU...)
+			sb.mu.Unlock()
+			if _, err := s.Close(ctx); err != nil {
+				b.Fatal(err)
+			}
+		}
+		if len(evalCPU) > 0 && len(execCPU) > 0 {
+			b.ReportMetric(ms(percentile(evalCPU, 50)), "eval_command_cpu_p50_ms")
+			b.ReportMetric(ms(percentile(execCPU, 50)), "eval_exec_container_cpu_p50_ms")
 		}
 	})
 }
