@@ -111,20 +111,29 @@ func asAgent(c *Cred, fn func() error) error {
 // main thread's credentials: a main thread left with the agent's uid would
 // let the agent signal the executor.
 func onSpareThread(fn func()) {
-	var run func()
-	run = func() {
+	var run func(onThread chan<- struct{})
+	run = func(onThread chan<- struct{}) {
 		runtime.LockOSThread()
 		if syscall.Gettid() == syscall.Getpid() {
-			// Try again elsewhere; this thread is ours until we unlock,
-			// so the new goroutine starts on another one.
-			go run()
+			// Try again elsewhere. This goroutine keeps the main thread
+			// until the new one has a thread of its own: unlocking at
+			// once would let the scheduler run the new goroutine on this
+			// same thread, and with GOMAXPROCS=1 (the executor's) it
+			// always did, round after round, starving every other
+			// goroutine of the executor.
+			next := make(chan struct{})
+			go run(next)
+			<-next
 			runtime.UnlockOSThread()
 			return
+		}
+		if onThread != nil {
+			close(onThread)
 		}
 		// No UnlockOSThread: the thread ends with this goroutine.
 		fn()
 	}
-	go run()
+	go run(nil)
 }
 
 // sweepTimeout bounds killAgent.
