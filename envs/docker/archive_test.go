@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/gymserver/gymserver/envs/baseimage"
 	"github.com/gymserver/gymserver/envs/docker"
+	"github.com/gymserver/gymserver/envs/docker/dockertest"
 	"github.com/gymserver/gymserver/envs/sandbox"
 )
 
@@ -331,24 +333,35 @@ rm -r pkg/sub ~/.bash_logout && echo more >> old`, false)
 // wrote 1 MB is restored into 8 fresh sandboxes at once (started off the
 // clock), as a delta archive (ours) and, in the same iterations, as the
 // whole archive of what the agent can write (the baseline, as before
-// delta archives). Run:
+// delta archives). With $GYMSERVER_BASE_EXECUTOR naming a baseline
+// executor binary (e.g. built from an earlier commit), the delta archive
+// is also restored, in the same iterations, into 8 sandboxes that run it
+// (base_delta_p50_ms). Run:
 //
-//	go test -run '^$' -bench Restore8 -benchtime 3x ./envs/docker/
+//	GYMSERVER_BASE_EXECUTOR=/tmp/base-gymexec go test -run '^$' -bench Restore8 -benchtime 3x ./envs/docker/
 func BenchmarkRestore8(b *testing.B) {
 	const n = 8
 	p, _ := newProvider(b)
-	image, err := p.Prepare(b.Context(), sandbox.ImageSpec{BaseImage: baseimage.Python, WorkDir: "/workspace"})
-	if err != nil {
-		b.Fatal(err)
-	}
 	files := []sandbox.File{{Path: "/workspace/app.py", Data: bytes.Repeat([]byte("x = 1\n"), 500)}}
-	start := func() sandbox.Sandbox {
-		sb, err := p.Create(b.Context(), sandbox.Spec{Image: image, WorkDir: "/workspace", Files: files,
-			Labels: map[string]string{sandbox.LabelSession: "s-restore", sandbox.LabelTask: "t"}})
+	starter := func(p *docker.Provider) func() sandbox.Sandbox {
+		image, err := p.Prepare(b.Context(), sandbox.ImageSpec{BaseImage: baseimage.Python, WorkDir: "/workspace"})
 		if err != nil {
 			b.Fatal(err)
 		}
-		return sb
+		return func() sandbox.Sandbox {
+			sb, err := p.Create(b.Context(), sandbox.Spec{Image: image, WorkDir: "/workspace", Files: files,
+				Labels: map[string]string{sandbox.LabelSession: "s-restore", sandbox.LabelTask: "t"}})
+			if err != nil {
+				b.Fatal(err)
+			}
+			return sb
+		}
+	}
+	start := starter(p)
+	var startBase func() sandbox.Sandbox
+	if bin := os.Getenv("GYMSERVER_BASE_EXECUTOR"); bin != "" {
+		bp, _ := dockertest.NewWith(b, docker.Options{ExecutorBinary: bin})
+		startBase = starter(bp)
 	}
 	src := start()
 	b.Cleanup(func() { src.Close(context.Background()) })
@@ -369,7 +382,7 @@ func BenchmarkRestore8(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	restore8 := func(data []byte) time.Duration {
+	restore8 := func(start func() sandbox.Sandbox, data []byte) time.Duration {
 		b.StopTimer()
 		sbs := make([]sandbox.Sandbox, n)
 		var g errgroup.Group
@@ -395,15 +408,41 @@ func BenchmarkRestore8(b *testing.B) {
 		}
 		return took
 	}
-	var deltaLat, wholeLat []time.Duration
+	if startBase != nil {
+		// Off the clock: the baseline's provider asks its executor for
+		// the image's roots once, as ours did when src was archived.
+		sb := startBase()
+		err := sb.(sandbox.Archiver).Restore(b.Context(), delta)
+		sb.Close(context.Background())
+		if err != nil {
+			b.Fatal(err)
+		}
+	}
+	var deltaLat, wholeLat, baseLat []time.Duration
 	for b.Loop() {
-		deltaLat = append(deltaLat, restore8(delta))
-		wholeLat = append(wholeLat, restore8(whole))
+		deltaLat = append(deltaLat, restore8(start, delta))
+		if startBase != nil {
+			baseLat = append(baseLat, restore8(startBase, delta))
+		}
+		wholeLat = append(wholeLat, restore8(start, whole))
 	}
 	b.ReportMetric(median(deltaLat), "delta_p50_ms")
+	if startBase != nil {
+		b.ReportMetric(median(baseLat), "base_delta_p50_ms")
+		b.Logf("delta restores (ms), ours %v, base %v; %s", msList(deltaLat), msList(baseLat), loadavg())
+	}
 	b.ReportMetric(median(wholeLat), "whole_p50_ms")
 	b.ReportMetric(float64(len(delta))/1024, "delta_KB")
 	b.ReportMetric(float64(len(whole))/1024, "whole_KB")
+}
+
+// msList lists durations in milliseconds.
+func msList(lat []time.Duration) []float64 {
+	out := make([]float64, len(lat))
+	for i, d := range lat {
+		out[i] = ms(d)
+	}
+	return out
 }
 
 // median returns the median in milliseconds.

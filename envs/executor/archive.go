@@ -783,7 +783,8 @@ func readArchive(roots []Root, data []byte) ([]restoreEntry, bool, error) {
 	bad := func(format string, args ...any) error {
 		return &kindError{kindInvalidArchive, fmt.Sprintf(format, args...)}
 	}
-	tr := tar.NewReader(bytes.NewReader(data))
+	br := bytes.NewReader(data)
+	tr := tar.NewReader(br)
 	var out []restoreEntry
 	// seen are the names made so far, with whether each is a directory;
 	// links are the symbolic links among them.
@@ -872,13 +873,33 @@ func readArchive(roots []Root, data []byte) ([]restoreEntry, bool, error) {
 			if h.Size < 0 || h.Size > int64(len(data)) {
 				return nil, false, bad("entry %s: size %d", p, h.Size)
 			}
-			e.data = make([]byte, h.Size)
-			if _, err := io.ReadFull(tr, e.data); err != nil {
+			if e.data, err = fileData(tr, br, data, h); err != nil {
 				return nil, false, bad("entry %s: %v", p, err)
 			}
 		}
 		out = append(out, e)
 	}
+}
+
+// fileData returns the content of regular file h, the entry tr (reading
+// data through br) has just read. A plain file's content is the h.Size
+// bytes that follow its header in the archive: they are returned in place,
+// not copied (an archive is often one large file), and tr skips them. A
+// sparse file (PAX "GNU.sparse." records) is stored as a map and its
+// data, not as its content: tr expands it into a copy.
+func fileData(tr *tar.Reader, br *bytes.Reader, data []byte, h *tar.Header) ([]byte, error) {
+	for k := range h.PAXRecords {
+		if strings.HasPrefix(k, "GNU.sparse.") {
+			b := make([]byte, h.Size)
+			_, err := io.ReadFull(tr, b)
+			return b, err
+		}
+	}
+	off := br.Size() - int64(br.Len())
+	if h.Size > int64(len(data))-off {
+		return nil, io.ErrUnexpectedEOF
+	}
+	return data[off : off+h.Size : off+h.Size], nil
 }
 
 // make makes one entry inside its directory root, or writes a file root;

@@ -1,6 +1,7 @@
 package executor
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -161,16 +162,44 @@ func readFrame(r io.Reader, v any) error {
 	return nil
 }
 
-// appendFrame encodes v as a frame.
+// encodeFrame encodes v as a frame: the length, then the msgpack body,
+// encoded in place into one buffer sized up front (see frameHint), so that
+// the bytes a frame carries (a restore's archive, a fetched one) are
+// copied once, not again when the buffer grows or the length is put in
+// front.
 func encodeFrame(v any) ([]byte, error) {
-	body, err := msgpack.Marshal(v)
+	buf := bytes.NewBuffer(make([]byte, 4, 4+frameHint(v)))
+	enc := msgpack.GetEncoder()
+	enc.Reset(buf)
+	err := enc.Encode(v)
+	msgpack.PutEncoder(enc)
 	if err != nil {
 		return nil, err
 	}
-	if len(body) > MaxFrame {
-		return nil, fmt.Errorf("%w: %d bytes", errFrameTooLarge, len(body))
+	out := buf.Bytes()
+	n := len(out) - 4
+	if n > MaxFrame {
+		return nil, fmt.Errorf("%w: %d bytes", errFrameTooLarge, n)
 	}
-	out := make([]byte, 4, 4+len(body))
-	binary.BigEndian.PutUint32(out, uint32(len(body)))
-	return append(out, body...), nil
+	binary.BigEndian.PutUint32(out, uint32(n))
+	return out, nil
+}
+
+// frameSlack is room for a frame's fields beside its large byte slices.
+const frameSlack = 512
+
+// frameHint is about the size of v's msgpack body: its large byte slices
+// and some room for the rest. A low guess costs only a copy.
+func frameHint(v any) int {
+	n := frameSlack
+	switch v := v.(type) {
+	case request:
+		n += len(v.Data) + len(v.Stdin)
+		for _, f := range v.Files {
+			n += len(f.Data) + len(f.Path) + 32
+		}
+	case response:
+		n += len(v.Data) + len(v.Stdout) + len(v.Stderr) + len(v.Report)
+	}
+	return min(n, MaxFrame+frameSlack)
 }
