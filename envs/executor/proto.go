@@ -149,6 +149,9 @@ func readFrame(r io.Reader, v any) error {
 	if n > MaxFrame {
 		return fmt.Errorf("%w: %d bytes", errFrameTooLarge, n)
 	}
+	if n >= streamFrame {
+		return decodeStream(r, int64(n), v)
+	}
 	buf := make([]byte, n)
 	if _, err := io.ReadFull(r, buf); err != nil {
 		if err == io.EOF {
@@ -157,6 +160,38 @@ func readFrame(r io.Reader, v any) error {
 		return err
 	}
 	if err := msgpack.Unmarshal(buf, v); err != nil {
+		return fmt.Errorf("decode frame: %w", err)
+	}
+	return nil
+}
+
+// streamFrame is the size from which readFrame decodes a frame's body as
+// it reads it, instead of reading it whole and then decoding it: the
+// bytes of a large frame (a restore's archive) are read once, straight
+// into the slice they are decoded to. A small frame is read whole, which
+// is cheaper than a decoder reading through a buffer of its own.
+const streamFrame = 64 << 10
+
+// decodeStream decodes v from the next n bytes of r, a frame's body, and
+// reads all n of them whatever the body holds, so that the next frame is
+// read from its start. A body cut short by the end of r is
+// io.ErrUnexpectedEOF.
+func decodeStream(r io.Reader, n int64, v any) error {
+	lr := &io.LimitedReader{R: r, N: n}
+	dec := msgpack.GetDecoder()
+	dec.UsePreallocateValues(true) // as msgpack.Unmarshal does
+	dec.Reset(lr)
+	err := dec.Decode(v)
+	msgpack.PutDecoder(dec)
+	// Bytes after the value are ignored, as msgpack.Unmarshal ignores
+	// them; the decoder's buffer may hold some of them already.
+	if _, cerr := io.Copy(io.Discard, lr); cerr != nil || lr.N > 0 {
+		if cerr == nil || cerr == io.EOF {
+			cerr = io.ErrUnexpectedEOF
+		}
+		return cerr
+	}
+	if err != nil {
 		return fmt.Errorf("decode frame: %w", err)
 	}
 	return nil

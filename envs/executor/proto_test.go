@@ -7,8 +7,10 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"strings"
 	"testing"
+	"testing/iotest"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/vmihailenco/msgpack/v5"
@@ -219,4 +221,79 @@ func encodeFrameMarshal(v any) ([]byte, error) {
 	out := make([]byte, 4, 4+len(body))
 	binary.BigEndian.PutUint32(out, uint32(len(body)))
 	return append(out, body...), nil
+}
+
+// TestFrameStream reads large and small frames back to back from one
+// stream, as the executor and the client do, and checks the end cases of
+// a large frame: cut short, malformed, or with bytes after its value.
+func TestFrameStream(t *testing.T) {
+	big := make([]byte, streamFrame+1000)
+	rand.Read(big)
+	sent := []request{
+		{ID: 1, Op: opRestore, Data: big},
+		{ID: 2, Op: opPing},
+		{ID: 3, Op: opWrite, Path: "/x", Data: big[:streamFrame-100]},
+		{ID: 4, Op: opRestore, Data: big[:5]},
+		{ID: 5, Op: opWrite, Path: "/y", Data: big},
+	}
+	var stream bytes.Buffer
+	for _, req := range sent {
+		frame, err := encodeFrame(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		stream.Write(frame)
+	}
+	whole := bytes.Clone(stream.Bytes())
+	// One byte at a time, so that the decoder's reads are short.
+	r := iotest.OneByteReader(&stream)
+	for _, want := range sent {
+		var got request
+		if err := readFrame(r, &got); err != nil {
+			t.Fatalf("frame %d: %v", want.ID, err)
+		}
+		if diff := cmp.Diff(want, got, cmp.Comparer(bytes.Equal)); diff != "" {
+			t.Errorf("frame %d (-sent +read):\n%s", want.ID, diff)
+		}
+	}
+	if err := readFrame(r, new(request)); err != io.EOF {
+		t.Errorf("after the last frame: %v, want io.EOF", err)
+	}
+
+	// Cut inside the first (large) frame's body.
+	for _, cut := range []int{5, 100, len(big) / 2, len(big) + 20} {
+		err := readFrame(bytes.NewReader(whole[:cut]), new(request))
+		if err != io.ErrUnexpectedEOF {
+			t.Errorf("stream cut at %d bytes: %v, want io.ErrUnexpectedEOF", cut, err)
+		}
+	}
+
+	// A large body that is not a msgpack map, then a good frame: an
+	// error, and the next frame still reads from its start.
+	junk := make([]byte, 4+streamFrame)
+	binary.BigEndian.PutUint32(junk, streamFrame)
+	junk[4] = 0xc1 // never used in msgpack
+	ping, _ := encodeFrame(request{ID: 9, Op: opPing})
+	r2 := bytes.NewReader(append(junk, ping...))
+	if err := readFrame(r2, new(request)); err == nil || !strings.Contains(err.Error(), "decode frame") {
+		t.Errorf("junk frame: %v, want a decode error", err)
+	}
+	var got request
+	if err := readFrame(r2, &got); err != nil || got.ID != 9 || got.Op != opPing {
+		t.Errorf("frame after the junk: %v, %+v", err, got)
+	}
+
+	// Bytes after the value inside a large frame are skipped.
+	body, _ := msgpack.Marshal(request{ID: 10, Op: opPing})
+	padded := make([]byte, 4, 4+streamFrame)
+	binary.BigEndian.PutUint32(padded, streamFrame)
+	padded = append(padded, body...)
+	padded = append(padded, make([]byte, streamFrame-len(body))...)
+	r3 := bytes.NewReader(append(padded, ping...))
+	for _, id := range []uint64{10, 9} {
+		var got request
+		if err := readFrame(r3, &got); err != nil || got.ID != id {
+			t.Errorf("frame %d: %v, read id %d", id, err, got.ID)
+		}
+	}
 }
