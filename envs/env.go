@@ -446,6 +446,7 @@ func (e *TaskEnv) Reset(ctx context.Context, req gym.ResetRequest) (gym.Session,
 	if err != nil {
 		return nil, gym.Reset{}, err
 	}
+	t.startZygote(ctx, s.sb)
 	return s, s.initial(), nil
 }
 
@@ -527,7 +528,6 @@ func (t *task) start(ctx context.Context, image string, files []sandbox.File, ex
 	id := sb.SessionID()
 	s := &session{env: e, task: t, id: id, sb: sb, start: time.Now(), image: image, files: files}
 	t.log.Info("session started", "session_id", id, "sandbox", shortID(sb.ID()))
-	t.startZygote(ctx, sb)
 	return s, nil
 }
 

@@ -164,6 +164,9 @@ func (e *TaskEnv) Fork(ctx context.Context, snapshotID string) (gym.Session, gym
 			return nil, gym.Reset{}, gym.Classify(fmt.Errorf("environment %s: fork %s: %w", e.cfg.ID, snapshotID, err), gym.ClassSandbox)
 		}
 	}
+	// After the restore: the zygote's imports would otherwise compete with
+	// it (and with every other fork of the call) for the CPU.
+	rec.task.startZygote(ctx, s.sb)
 	s.start = time.Now().Add(-time.Duration(rec.snap.Elapsed))
 	s.steps, s.actions = rec.snap.Steps, rec.snap.Actions
 	r := s.initial()

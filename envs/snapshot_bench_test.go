@@ -16,6 +16,7 @@ import (
 	"github.com/gymserver/gymserver/envs/docker/dockertest"
 	"github.com/gymserver/gymserver/envs/sandbox"
 	"github.com/gymserver/gymserver/gym"
+	"github.com/gymserver/gymserver/internal/waittest"
 )
 
 // The benchmarks in this file compare snapshots kept as archives of what
@@ -191,10 +192,12 @@ func BenchmarkFork8(b *testing.B) {
 	for b.Loop() {
 		b.StopTimer()
 		rec.waitFull(b, n)
+		waitRemoved(b, warmP, coldP) // the last round's closed sandboxes
 		b.StartTimer()
 		warmLat = append(warmLat, forkN(b, warm, snapWarm.ID, n))
 		b.StopTimer()
 		rec.waitFull(b, n) // no refill competes with what follows
+		waitRemoved(b, warmP, coldP)
 		b.StartTimer()
 		coldLat = append(coldLat, forkN(b, cold, snapCold.ID, n))
 		commitLat = append(commitLat, forkN(b, commit, snapCommit.ID, n))
@@ -204,4 +207,20 @@ func BenchmarkFork8(b *testing.B) {
 	b.ReportMetric(p50(coldLat), "no_pool_p50_ms")
 	b.ReportMetric(p50(commitLat), "commit_fork_p50_ms")
 	b.ReportMetric(p50(resetLat), "cold_resets_p50_ms")
+}
+
+// waitRemoved waits until the providers have removed every container of
+// a closed session (removal runs in the background after close), so that
+// a measured round does not share the machine with the last one's
+// removals.
+func waitRemoved(b *testing.B, ps ...*docker.Provider) {
+	b.Helper()
+	waittest.For(b, "the closed sandboxes to be removed", time.Minute, func() bool {
+		for _, p := range ps {
+			if p.PoolStats().Removing > 0 {
+				return false
+			}
+		}
+		return true
+	})
 }
