@@ -36,6 +36,24 @@ func newProvider(t testing.TB) (*docker.Provider, *client.Client) {
 	return dockertest.New(t, nil)
 }
 
+// baseSandbox starts a sandbox of the base image prepared with the
+// working directory /workspace, as spec says (its Image and WorkDir are
+// set here); it is closed when the test ends.
+func baseSandbox(t testing.TB, p *docker.Provider, spec sandbox.Spec) sandbox.Sandbox {
+	t.Helper()
+	image, err := p.Prepare(t.Context(), sandbox.ImageSpec{BaseImage: baseimage.Python, WorkDir: "/workspace"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec.Image, spec.WorkDir = image, "/workspace"
+	sb, err := p.Create(t.Context(), spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sb.Close(context.Background()) })
+	return sb
+}
+
 // TestConformance runs the whole sandbox conformance suite on the real
 // Docker Engine.
 func TestConformance(t *testing.T) {
@@ -449,15 +467,7 @@ print(os.path.isfile(c), os.access(c, os.R_OK), os.access(c, os.W_OK), os.access
 func TestOOMKillReported(t *testing.T) {
 	p, _ := newProvider(t)
 	ctx := t.Context()
-	image, err := p.Prepare(ctx, sandbox.ImageSpec{BaseImage: baseimage.Python, WorkDir: "/workspace"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	sb, err := p.Create(ctx, sandbox.Spec{Image: image, WorkDir: "/workspace", Resources: sandbox.Resources{MemoryBytes: 96 << 20}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sb.Close(context.Background())
+	sb := baseSandbox(t, p, sandbox.Spec{Resources: sandbox.Resources{MemoryBytes: 96 << 20}})
 	// A bytearray is zero-filled: its pages are touched, so the kernel's
 	// OOM killer ends the process (SIGKILL) rather than malloc failing.
 	hog := sandbox.ExecRequest{Argv: []string{"python3", "-c", "b = bytearray(512 << 20)"}, Timeout: time.Minute}

@@ -1,12 +1,10 @@
 package docker_test
 
 import (
-	"context"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/gymserver/gymserver/envs/baseimage"
 	"github.com/gymserver/gymserver/envs/docker"
 	"github.com/gymserver/gymserver/envs/sandbox"
 )
@@ -17,20 +15,11 @@ func zygoteSandbox(t *testing.T, files map[string]string) *docker.Sandbox {
 	t.Helper()
 	p, _ := newProvider(t)
 	ctx := t.Context()
-	image, err := p.Prepare(ctx, sandbox.ImageSpec{BaseImage: baseimage.Python, WorkDir: "/workspace"})
-	if err != nil {
-		t.Fatal(err)
-	}
 	var fs []sandbox.File
 	for name, data := range files {
 		fs = append(fs, sandbox.File{Path: "/workspace/" + name, Data: []byte(data), Mode: 0o644})
 	}
-	sb, err := p.Create(ctx, sandbox.Spec{Image: image, WorkDir: "/workspace", Files: fs,
-		Env: map[string]string{"PYTHONUNBUFFERED": "1"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { sb.Close(context.Background()) })
+	sb := baseSandbox(t, p, sandbox.Spec{Files: fs, Env: map[string]string{"PYTHONUNBUFFERED": "1"}})
 	ds := sb.(*docker.Sandbox)
 	st, err := ds.StartZygote(ctx, true)
 	if err != nil || !st.Ready {
@@ -280,16 +269,8 @@ func TestZygoteFallsBack(t *testing.T) {
 func TestZygoteDeadFallsBack(t *testing.T) {
 	p, cli := newProvider(t)
 	ctx := t.Context()
-	image, err := p.Prepare(ctx, sandbox.ImageSpec{BaseImage: baseimage.Python, WorkDir: "/workspace"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	sb, err := p.Create(ctx, sandbox.Spec{Image: image, WorkDir: "/workspace",
+	sb := baseSandbox(t, p, sandbox.Spec{
 		Files: []sandbox.File{{Path: "/workspace/tests/test_pass.py", Data: []byte("def test_a():\n    pass\n"), Mode: 0o644}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sb.Close(context.Background())
 	ds := sb.(*docker.Sandbox)
 	if st, err := ds.StartZygote(ctx, true); err != nil || !st.Ready {
 		t.Fatalf("zygote: %+v %v", st, err)
