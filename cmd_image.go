@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -156,6 +157,9 @@ type pruneOutput struct {
 	Removed []docker.Removed `json:"removed"`
 	// Kept are the candidates that stay, with the reason.
 	Kept []docker.Removed `json:"kept"`
+	// Volumes are the shared /usr volumes removed because their base
+	// image is gone (none on a dry run).
+	Volumes []string `json:"volumes_removed"`
 }
 
 // runImagePrune implements "gymserver image prune": by default it removes
@@ -216,7 +220,12 @@ func runImagePrune(ctx context.Context, args []string, stdout, stderr io.Writer)
 		Labels:        labels,
 		DryRun:        *dryRun,
 	})
-	out := pruneOutput{DryRun: *dryRun, Removed: []docker.Removed{}, Kept: []docker.Removed{}}
+	out := pruneOutput{DryRun: *dryRun, Removed: []docker.Removed{}, Kept: []docker.Removed{}, Volumes: []string{}}
+	if !*dryRun {
+		vols, verr := docker.PruneUsrVolumes(ctx, cli)
+		out.Volumes = append(out.Volumes, vols...)
+		err = errors.Join(err, verr)
+	}
 	var freed int64
 	for _, r := range results {
 		if r.Kept == "" {
@@ -240,6 +249,9 @@ func runImagePrune(ctx context.Context, args []string, stdout, stderr io.Writer)
 		}
 		for _, r := range out.Kept {
 			fmt.Fprintf(stdout, "kept %s %s (%s): %s\n", r.Kind, imageName(r.CachedImage), r.Reason, r.Kept)
+		}
+		for _, v := range out.Volumes {
+			fmt.Fprintf(stdout, "removed volume %s (its base image is gone)\n", v)
 		}
 		fmt.Fprintf(stderr, "gymserver image prune: %s %d images, %s\n", verb, len(out.Removed), units.HumanSize(float64(freed)))
 	}

@@ -509,8 +509,9 @@ func (t *task) start(ctx context.Context, image string, files []sandbox.File, ex
 			PIDs:        t.cfg.Resources.PIDs,
 			DiskBytes:   t.cfg.Resources.DiskBytes,
 		},
-		Network: t.cfg.Network,
-		Files:   files,
+		Network:  t.cfg.Network,
+		Files:    files,
+		ShareUsr: t.cfg.SharedUsrOn() && t.src.HarborTask == nil,
 	}
 	var sb sandbox.Sandbox
 	var err error

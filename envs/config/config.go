@@ -105,6 +105,14 @@ type Environment struct {
 	// timeout); other commands, and images without pytest, run as usual.
 	// False turns it off.
 	VerifierZygote *bool `json:"verifier_zygote,omitempty"`
+	// SharedUsr (default true) gives the sandboxes /usr/bin and /usr/lib,
+	// read-only, from volumes on the Docker Engine's disk holding the base
+	// image's copy (see sandbox.Spec.ShareUsr) instead of through the
+	// storage driver: process starts, libraries and Python imports are
+	// faster on engines whose storage driver is slow to walk paths
+	// (fuse-overlayfs). Nothing else changes for the agent, who cannot
+	// write there either way. Not for Harbor tasks. False turns it off.
+	SharedUsr *bool `json:"shared_usr,omitempty"`
 	// Tools are custom tools offered beside the standard ones in every
 	// task of the environment.
 	Tools []Tool `json:"tools,omitempty"`
@@ -131,6 +139,12 @@ type Environment struct {
 // VerifierZygote).
 func (e Environment) ZygoteOn() bool {
 	return e.VerifierZygote == nil || *e.VerifierZygote
+}
+
+// SharedUsrOn reports whether the environment's sandboxes ask for the
+// shared /usr volumes (see SharedUsr).
+func (e Environment) SharedUsrOn() bool {
+	return e.SharedUsr == nil || *e.SharedUsr
 }
 
 // Task returns the task with the given id.

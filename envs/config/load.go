@@ -816,6 +816,7 @@ func (d *decoder) environment(path string, raw json.RawMessage, global Timeouts)
 		"max_output":       d.integer(&e.MaxOutput),
 		"persistent_shell": d.boolean(&e.PersistentShell),
 		"verifier_zygote":  d.optBool(&e.VerifierZygote),
+		"shared_usr":       d.optBool(&e.SharedUsr),
 		"tools":            func(p string, r json.RawMessage) { e.Tools = d.tools(p, r, nil) },
 		"tasks": func(p string, r json.RawMessage) {
 			tasksPath, tasks = p, d.array(p, r)

@@ -28,3 +28,25 @@ func TestVerifierZygote(t *testing.T) {
 		t.Errorf("string verifier_zygote: %v, want an error at its path", err)
 	}
 }
+
+// TestSharedUsr decodes shared_usr: on unless set to false, and a
+// boolean.
+func TestSharedUsr(t *testing.T) {
+	const env = `{"environments": [{"id": "e", "docker_image": "img", "prompt": "p", "unit_tests": ["true"]%s}]}`
+	for _, tc := range []struct {
+		extra string
+		want  bool
+	}{{"", true}, {`, "shared_usr": true`, true}, {`, "shared_usr": false`, false}} {
+		cfg, err := config.Parse([]byte(strings.Replace(env, "%s", tc.extra, 1)), t.TempDir())
+		if err != nil {
+			t.Fatalf("%q: %v", tc.extra, err)
+		}
+		if got := cfg.Environments[0].SharedUsrOn(); got != tc.want {
+			t.Errorf("%q: shared /usr %v, want %v", tc.extra, got, tc.want)
+		}
+	}
+	_, err := config.Parse([]byte(strings.Replace(env, "%s", `, "shared_usr": 1`, 1)), t.TempDir())
+	if err == nil || !strings.Contains(err.Error(), "environments[0].shared_usr") {
+		t.Errorf("number shared_usr: %v, want an error at its path", err)
+	}
+}

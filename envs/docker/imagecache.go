@@ -555,6 +555,13 @@ func (p *Provider) pruneStaleImages(ctx context.Context) {
 	if n > 0 {
 		p.log.Info("removed prepared images of older executors", "images", n, "bytes", bytes)
 	}
+	vols, err := PruneUsrVolumes(ctx, p.cli)
+	if err != nil {
+		p.log.Warn("removing shared /usr volumes of removed images failed", "err", err)
+	}
+	if len(vols) > 0 {
+		p.log.Info("removed shared /usr volumes of removed images", "volumes", vols)
+	}
 }
 
 // enforceCacheCap removes the least recently used cache images beyond

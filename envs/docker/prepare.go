@@ -73,7 +73,7 @@ func (p *Provider) Prepare(ctx context.Context, spec sandbox.ImageSpec) (string,
 				return "", ctx.Err()
 			}
 		}
-		err := p.build(ctx, spec, ref, key)
+		err := p.build(ctx, spec, baseID, ref, key)
 		p.mu.Lock()
 		delete(p.building, key)
 		close(wait)
@@ -130,7 +130,7 @@ func (devNull) Write(p []byte) (int, error) { return len(p), nil }
 func (p *Provider) prepareKey(baseID string, spec sandbox.ImageSpec) string {
 	h := sha256.New()
 	field := func(s string) { fmt.Fprintf(h, "%d:%s\n", len(s), s) }
-	field("gymserver-prepare-v1")
+	field("gymserver-prepare-v2")
 	field(baseID)
 	field(p.execHash)
 	field(strings.Join(p.opts.ExecutorArgs, "\x00"))
@@ -156,7 +156,7 @@ func (p *Provider) prepareKey(baseID string, spec sandbox.ImageSpec) string {
 // build makes the prepared image ref: a root-run container of the base
 // image gets the executor and the files, runs the init commands as the
 // sandbox user, and is committed.
-func (p *Provider) build(ctx context.Context, spec sandbox.ImageSpec, ref, key string) error {
+func (p *Provider) build(ctx context.Context, spec sandbox.ImageSpec, baseID, ref, key string) error {
 	fail := func(err error) error {
 		return gym.Classify(fmt.Errorf("docker: prepare %s from %s: %w", ref, spec.BaseImage, err), gym.ClassSandbox)
 	}
@@ -221,6 +221,12 @@ func (p *Provider) build(ctx context.Context, spec sandbox.ImageSpec, ref, key s
 			return fail(fmt.Errorf("init command %d (%s) exited with %d: %s", i, cmd, code, tail(out, 2000)))
 		}
 	}
+	labels := map[string]string{labelPrepared: key, labelExecutor: p.execHash, labelKind: KindPrepared}
+	if same, err := p.usrUnchanged(ctx, created.ID); err != nil {
+		return fail(fmt.Errorf("list changes: %w", err))
+	} else if same {
+		labels[labelUsrBase] = baseID
+	}
 	_, err = p.cli.ContainerCommit(ctx, created.ID, container.CommitOptions{
 		Reference: ref,
 		Comment:   "gymserver prepared image",
@@ -230,7 +236,7 @@ func (p *Provider) build(ctx context.Context, spec sandbox.ImageSpec, ref, key s
 			User:       sandboxUser,
 			WorkingDir: workdir,
 			Env:        envList(spec.Env),
-			Labels:     map[string]string{labelPrepared: key, labelExecutor: p.execHash, labelKind: KindPrepared},
+			Labels:     labels,
 		},
 	})
 	if err != nil {

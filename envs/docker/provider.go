@@ -171,6 +171,8 @@ type Provider struct {
 	// roots are the places the agent can write, by image (see
 	// Sandbox.Archive).
 	roots map[string][]executor.Root
+	// usr are the shared /usr volumes by base image id (see usrBinds).
+	usr map[string]*usrShare
 	// quota is whether the storage driver takes a size per container.
 	quota bool
 
@@ -220,6 +222,7 @@ func New(ctx context.Context, opts Options) (*Provider, error) {
 		dropped:   map[string]bool{},
 		bounds:    execBounds{grace: execGrace, alive: aliveEvery},
 		roots:     map[string][]executor.Root{},
+		usr:       map[string]*usrShare{},
 		rm:        removal{done: make(chan struct{}), workers: make(chan struct{}, removeWorkers), max: maxPendingRemovals},
 	}
 	p.bgCtx, p.bgCancel = context.WithCancel(context.Background())

@@ -253,6 +253,9 @@ func (p *Provider) makeContainer(ctx context.Context, spec sandbox.Spec) (*Sandb
 		// The executor's stream is the protocol: the engine need not log it.
 		LogConfig: container.LogConfig{Type: "none"},
 	}
+	if spec.ShareUsr {
+		host.Binds = p.usrBinds(ctx, spec.Image)
+	}
 	p.limitDisk(host, res)
 	t0 := time.Now()
 	created, err := p.cli.ContainerCreate(ctx, cfg, host, nil, nil, "")

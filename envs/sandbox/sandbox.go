@@ -216,6 +216,12 @@ type Spec struct {
 	// inside WorkDir. They do not make a sandbox different for pooling: a
 	// pooled sandbox of the same Spec gets them when it is handed out.
 	Files []File
+	// ShareUsr asks for /usr/bin and /usr/lib to be read, read-only, from
+	// volumes on the engine's disk that hold the base image's copy, shared
+	// by the sandboxes of every image prepared from it, rather than through
+	// the storage driver. A provider that cannot (the image's build changed
+	// them, or its base lets a non-root user write there) ignores it.
+	ShareUsr bool
 }
 
 // Resources are the limits of a sandbox; zero values mean the defaults.

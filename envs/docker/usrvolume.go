@@ -1,0 +1,227 @@
+package docker
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/filters"
+	"github.com/docker/docker/api/types/volume"
+	"github.com/docker/docker/client"
+)
+
+// Shared /usr: a sandbox's /usr/bin and /usr/lib can come, read-only, from
+// two Docker volumes on the engine's own disk that hold its base image's
+// copy of them, instead of through the storage driver. On a fuse-overlayfs
+// engine every path walk and every open of a non-root process pays a round
+// trip to the fuse daemon, so each exec, each dynamic library and each
+// Python import is slower there. Nothing the agent can see changes but the
+// mounts: the agent cannot write either place (a base image where it could
+// gets no volumes), and the machinery never writes there.
+//
+// The volumes belong to the base image, not to each prepared image: a
+// prepared image whose build changed nothing under /usr/bin or /usr/lib
+// says so with labelUsrBase, and every such image of one base shares one
+// pair. A base image's pair is made once per engine, by a container of the
+// base that the engine copies them into; a third, empty volume marks the
+// pair complete.
+
+// labelUsrBase, on a prepared image, holds the id of its base image when
+// the build left /usr/bin and /usr/lib as the base has them.
+const labelUsrBase = "gymserver.usr-base"
+
+// labelUsrOf marks the volumes of a base image's /usr/bin and /usr/lib; the
+// value is the base image's id.
+const labelUsrOf = "gymserver.usr-of"
+
+// usrDirs are the directories shared from volumes. /usr itself is not: the
+// engine binds its init to /sbin/docker-init, which is /usr/sbin in images
+// with a merged /usr.
+var usrDirs = []string{"/usr/bin", "/usr/lib"}
+
+// usrCheck exits 0 when nothing under usrDirs (links aside) could be
+// written by a user other than root: owned by root, not writable by
+// others, and group-writable only by root's group.
+const usrCheck = `test -z "$(find /usr/bin /usr/lib -xdev ! -type l \( ! -user 0 -o -perm -o=w -o \( -perm -g=w ! -group 0 \) \) -print -quit)"`
+
+// usrMakeTimeout bounds making one base image's volumes (a copy of about
+// 100 MB here).
+const usrMakeTimeout = 5 * time.Minute
+
+// usrShare is what the provider knows of one base image's volumes: binds
+// is nil when the base cannot share them. done closes when it is known.
+type usrShare struct {
+	done  chan struct{}
+	binds []string
+}
+
+// usrVolumePrefix names a base image's volumes.
+func usrVolumePrefix(baseID string) string {
+	id := trimDigest(baseID)
+	if len(id) > 12 {
+		id = id[:12]
+	}
+	return "gymserver-usr-" + id
+}
+
+// usrBinds returns the binds that give a sandbox of the prepared image ref
+// the shared /usr/bin and /usr/lib of its base, or nil when it cannot have
+// them: ref does not come from Prepare, its build changed those
+// directories, or its base lets non-root users write there. The first call
+// for a base image makes its volumes; the others wait for it. Failures are
+// logged: the sandbox then reads them through the storage driver, as
+// without the option.
+func (p *Provider) usrBinds(ctx context.Context, ref string) []string {
+	info, err := p.cli.ImageInspect(ctx, ref)
+	if err != nil {
+		return nil
+	}
+	var base string
+	if info.Config != nil {
+		base = info.Config.Labels[labelUsrBase]
+	}
+	if base == "" {
+		return nil
+	}
+	p.mu.Lock()
+	s := p.usr[base]
+	mine := s == nil
+	if mine {
+		s = &usrShare{done: make(chan struct{})}
+		p.usr[base] = s
+	}
+	p.mu.Unlock()
+	if mine {
+		// A caller that gives up must not leave the volumes half made
+		// for the others.
+		mctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), usrMakeTimeout)
+		binds, err := p.makeUsrVolumes(mctx, base)
+		cancel()
+		if err != nil {
+			p.log.Warn("no shared /usr volumes; the sandboxes read /usr through the storage driver", "base", shortID(trimDigest(base)), "err", err)
+		}
+		s.binds = binds
+		close(s.done)
+	}
+	select {
+	case <-s.done:
+		return s.binds
+	case <-ctx.Done():
+		return nil
+	}
+}
+
+// makeUsrVolumes makes, unless they exist complete, the volumes of base's
+// /usr/bin and /usr/lib, and returns their binds; nil and no error when
+// base lets a non-root user write there.
+func (p *Provider) makeUsrVolumes(ctx context.Context, base string) ([]string, error) {
+	prefix := usrVolumePrefix(base)
+	names := []string{prefix + "-bin", prefix + "-lib"}
+	binds := func(opts string) []string {
+		out := make([]string, len(usrDirs))
+		for i, dir := range usrDirs {
+			out[i] = names[i] + ":" + dir + opts
+		}
+		return out
+	}
+	if _, err := p.cli.VolumeInspect(ctx, prefix+"-ok"); err == nil {
+		return binds(":ro,nocopy"), nil
+	} else if !isNotFound(err) {
+		return nil, err
+	}
+	// What an earlier attempt left is made again: the engine copies the
+	// image's files only into an empty volume.
+	labels := map[string]string{labelUsrOf: base}
+	for _, n := range names {
+		if err := p.cli.VolumeRemove(ctx, n, false); err != nil && !isNotFound(err) {
+			return nil, fmt.Errorf("remove incomplete volume %s: %w", n, err)
+		}
+		if _, err := p.cli.VolumeCreate(ctx, volume.CreateOptions{Name: n, Labels: labels}); err != nil {
+			return nil, fmt.Errorf("create volume %s: %w", n, err)
+		}
+	}
+	// The engine copies the base's directories into the volumes when the
+	// container is created; the container then checks them.
+	created, err := p.cli.ContainerCreate(ctx, &container.Config{
+		Image:  base,
+		Cmd:    []string{"/bin/sh", "-c", usrCheck},
+		User:   machineUser,
+		Labels: p.labels(nil),
+	}, &container.HostConfig{
+		NetworkMode: "none",
+		Binds:       binds(""),
+		LogConfig:   container.LogConfig{Type: "none"},
+	}, nil, nil, "")
+	if err != nil {
+		return nil, fmt.Errorf("copy /usr into volumes: %w", err)
+	}
+	defer func() {
+		if err := p.cli.ContainerRemove(context.WithoutCancel(ctx), created.ID, container.RemoveOptions{Force: true}); err != nil && !isNotFound(err) {
+			p.log.Warn("remove the container that made the /usr volumes", "container", shortID(created.ID), "err", err)
+		}
+	}()
+	waitC, errC := p.cli.ContainerWait(ctx, created.ID, container.WaitConditionNextExit)
+	if err := p.cli.ContainerStart(ctx, created.ID, container.StartOptions{}); err != nil {
+		return nil, fmt.Errorf("check the /usr volumes: %w", err)
+	}
+	var code int64
+	select {
+	case r := <-waitC:
+		code = r.StatusCode
+	case err := <-errC:
+		return nil, fmt.Errorf("check the /usr volumes: %w", err)
+	}
+	if code != 0 {
+		p.log.Info("base image lets non-root users write under /usr/bin or /usr/lib: no shared /usr volumes", "base", shortID(trimDigest(base)), "exit", code)
+		p.cli.ContainerRemove(ctx, created.ID, container.RemoveOptions{Force: true})
+		for _, n := range names {
+			p.cli.VolumeRemove(ctx, n, false)
+		}
+		return nil, nil
+	}
+	if _, err := p.cli.VolumeCreate(ctx, volume.CreateOptions{Name: prefix + "-ok", Labels: labels}); err != nil {
+		return nil, fmt.Errorf("create volume %s-ok: %w", prefix, err)
+	}
+	p.log.Info("made the shared /usr volumes", "base", shortID(trimDigest(base)), "volumes", prefix+"-{bin,lib}")
+	return binds(":ro,nocopy"), nil
+}
+
+// usrUnchanged reports whether the prepare container id left /usr/bin
+// and /usr/lib as its image has them (the engine's list of changes names
+// no path there).
+func (p *Provider) usrUnchanged(ctx context.Context, id string) (bool, error) {
+	changes, err := p.cli.ContainerDiff(ctx, id)
+	if err != nil {
+		return false, err
+	}
+	for _, c := range changes {
+		for _, dir := range usrDirs {
+			if c.Path == dir || strings.HasPrefix(c.Path, dir+"/") {
+				return false, nil
+			}
+		}
+	}
+	return true, nil
+}
+
+// PruneUsrVolumes removes the shared /usr volumes whose base image is gone
+// and that no container uses, and returns their names.
+func PruneUsrVolumes(ctx context.Context, cli *client.Client) ([]string, error) {
+	list, err := cli.VolumeList(ctx, volume.ListOptions{Filters: filters.NewArgs(filters.Arg("label", labelUsrOf))})
+	if err != nil {
+		return nil, fmt.Errorf("docker: list volumes: %w", err)
+	}
+	var removed []string
+	for _, v := range list.Volumes {
+		if _, err := cli.ImageInspect(ctx, v.Labels[labelUsrOf]); !isNotFound(err) {
+			continue
+		}
+		if err := cli.VolumeRemove(ctx, v.Name, false); err != nil {
+			continue // in use, or already gone
+		}
+		removed = append(removed, v.Name)
+	}
+	return removed, nil
+}

@@ -1,0 +1,275 @@
+package docker_test
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/filters"
+	"github.com/docker/docker/api/types/image"
+	"github.com/docker/docker/api/types/volume"
+	"github.com/docker/docker/client"
+
+	"github.com/gymserver/gymserver/envs/baseimage"
+	"github.com/gymserver/gymserver/envs/docker"
+	"github.com/gymserver/gymserver/envs/sandbox"
+)
+
+// usrMounts returns the lines of the sandbox's mount table for /usr/bin
+// and /usr/lib, as its machinery sees them.
+func usrMounts(t *testing.T, sb sandbox.Sandbox) string {
+	t.Helper()
+	r, err := sb.Exec(t.Context(), sandbox.ExecRequest{Argv: []string{"sh", "-c", "grep -E ' /usr/(bin|lib) ' /proc/self/mountinfo || true"}, Priv: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(r.Stdout)
+}
+
+// run runs a shell command in sb, as the agent or, with priv, as the
+// machinery, and returns its exit code and output.
+func run(t *testing.T, sb sandbox.Sandbox, priv bool, cmd string) (int, string) {
+	t.Helper()
+	r, err := sb.Exec(t.Context(), sandbox.ExecRequest{Argv: []string{"sh", "-c", cmd}, Priv: priv})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r.ExitCode, string(r.Stdout) + string(r.Stderr)
+}
+
+// derivedBase commits a container of the base image after cmd ran in it
+// as root, as a new base image of the test's own, removed (with its /usr
+// volumes) when the test ends.
+func derivedBase(t *testing.T, cli *client.Client, cmd string) string {
+	t.Helper()
+	ctx := t.Context()
+	c, err := cli.ContainerCreate(ctx, &container.Config{Image: baseimage.Python, Cmd: []string{"/bin/sh", "-c", cmd}, User: "0:0"},
+		&container.HostConfig{NetworkMode: "none"}, nil, nil, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.ContainerRemove(context.Background(), c.ID, container.RemoveOptions{Force: true})
+	waitC, errC := cli.ContainerWait(ctx, c.ID, container.WaitConditionNextExit)
+	if err := cli.ContainerStart(ctx, c.ID, container.StartOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case r := <-waitC:
+		if r.StatusCode != 0 {
+			t.Fatalf("%s: exit %d", cmd, r.StatusCode)
+		}
+	case err := <-errC:
+		t.Fatal(err)
+	}
+	ref := "gymserver-test-usr:" + strings.ToLower(strings.ReplaceAll(t.Name(), "/", "-"))
+	if _, err := cli.ContainerCommit(ctx, c.ID, container.CommitOptions{Reference: ref}); err != nil {
+		t.Fatal(err)
+	}
+	info, err := cli.ImageInspect(ctx, ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx := context.Background()
+		// The prepared images of this base go first, then the base, then
+		// its volumes (which no container uses any more).
+		list, _ := cli.ImageList(ctx, image.ListOptions{Filters: filters.NewArgs(filters.Arg("label", "gymserver.usr-base="+info.ID))})
+		for _, img := range list {
+			cli.ImageRemove(ctx, img.ID, image.RemoveOptions{Force: true, PruneChildren: true})
+		}
+		cli.ImageRemove(ctx, ref, image.RemoveOptions{Force: true, PruneChildren: true})
+		if _, err := docker.PruneUsrVolumes(ctx, cli); err != nil {
+			t.Error(err)
+		}
+	})
+	return info.ID
+}
+
+// usrVolumes lists the shared /usr volumes of base.
+func usrVolumes(t *testing.T, cli *client.Client, base string) []string {
+	t.Helper()
+	list, err := cli.VolumeList(t.Context(), volume.ListOptions{Filters: filters.NewArgs(filters.Arg("label", "gymserver.usr-of="+base))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, v := range list.Volumes {
+		names = append(names, v.Name)
+	}
+	return names
+}
+
+// TestSharedUsrSameFiles checks that a sandbox with the shared /usr sees
+// /usr/bin and /usr/lib read-only from volumes, with the same files as a
+// sandbox without it (names, modes, owners, sizes, times, link targets
+// and contents), and that the agent's Python and pytest work from them.
+func TestSharedUsrSameFiles(t *testing.T) {
+	p, _ := newProvider(t)
+	shared := baseSandbox(t, p, sandbox.Spec{ShareUsr: true})
+	plain := baseSandbox(t, p, sandbox.Spec{})
+	m := usrMounts(t, shared)
+	for _, dir := range []string{"/usr/bin", "/usr/lib"} {
+		var line string
+		for _, l := range strings.Split(m, "\n") {
+			if f := strings.Fields(l); len(f) > 5 && f[4] == dir {
+				line = l
+			}
+		}
+		if f := strings.Fields(line); len(f) < 6 || !strings.HasPrefix(f[5], "ro") {
+			t.Errorf("%s is not a read-only mount of its own in the shared sandbox: %q", dir, line)
+		}
+	}
+	if m := usrMounts(t, plain); m != "" {
+		t.Errorf("a sandbox without ShareUsr has /usr mounts: %q", m)
+	}
+	// Directories' own times are left out: the engine's copy does not
+	// keep them, and nothing reads them.
+	const listing = `cd / && find usr/bin usr/lib -mindepth 1 \( -type d -printf '%p %m %U %G\n' \) -o \( ! -type d -printf '%p %m %U %G %s %T@ %l\n' \) | sort | sha256sum; find usr/bin usr/lib -type f -print0 | sort -z | xargs -0 sha256sum | sha256sum`
+	code, a := run(t, shared, true, listing)
+	if code != 0 {
+		t.Fatalf("listing: %d %s", code, a)
+	}
+	_, b := run(t, plain, true, listing)
+	if a != b {
+		t.Errorf("/usr/bin and /usr/lib differ: shared %q, storage driver %q", a, b)
+	}
+	if code, out := run(t, shared, false, "python3 -c 'import pytest, json; print(pytest.__version__)'"); code != 0 {
+		t.Errorf("python3 with pytest as the agent: %d %s", code, out)
+	}
+}
+
+// TestSharedUsrAttacks checks that neither the agent nor the sandbox's
+// root machinery can change the shared /usr, so no sandbox can change
+// what another runs: writes fail, a remount is refused, and a second
+// sandbox sees the files as they were.
+func TestSharedUsrAttacks(t *testing.T) {
+	p, _ := newProvider(t)
+	sb := baseSandbox(t, p, sandbox.Spec{ShareUsr: true})
+	for _, tc := range []struct {
+		priv bool
+		cmd  string
+	}{
+		{false, "echo evil > /usr/bin/pytest-planted"},
+		{false, "echo 'import os' >> /usr/lib/python3/dist-packages/pytest/__init__.py"},
+		{false, "mount -o remount,rw /usr/lib"},
+		{true, "echo evil > /usr/bin/pytest-planted"},
+		{true, "echo 'raise SystemExit(0)' > /usr/lib/python3/dist-packages/sitecustomize.py"},
+		{true, "touch /usr/lib/python3/dist-packages/pytest/__init__.py"},
+		{true, "mount -o remount,rw /usr/lib"},
+		{true, "umount -l /usr/lib"},
+	} {
+		if code, out := run(t, sb, tc.priv, tc.cmd); code == 0 {
+			t.Errorf("root %v: %q succeeded: %s", tc.priv, tc.cmd, out)
+		}
+	}
+	if m := usrMounts(t, sb); strings.Count(m, "\n") != 2 {
+		t.Errorf("after the attacks the mounts are %q", m)
+	}
+	other := baseSandbox(t, p, sandbox.Spec{ShareUsr: true})
+	if code, out := run(t, other, false, "test ! -e /usr/bin/pytest-planted && test ! -e /usr/lib/python3/dist-packages/sitecustomize.py && python3 -m pytest --version"); code != 0 {
+		t.Errorf("a second sandbox: %d %s", code, out)
+	}
+}
+
+// TestSharedUsrOnlyWhenSafe checks the two cases where a sandbox must not
+// get the shared /usr: a prepared image whose build put a file under
+// /usr/lib (the base's copy would hide it), and a base image that lets a
+// non-root user write under /usr/lib (the agent could write there without
+// the volumes). Both then read /usr through the storage driver, and the
+// agent sees what the image holds.
+func TestSharedUsrOnlyWhenSafe(t *testing.T) {
+	p, cli := newProvider(t)
+	ctx := t.Context()
+	img, err := p.Prepare(ctx, sandbox.ImageSpec{BaseImage: baseimage.Python, WorkDir: "/workspace", Files: []sandbox.File{
+		{Path: "/usr/lib/python3/dist-packages/gymtest_planted.py", Data: []byte("VALUE = 42\n"), Mode: 0o644},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sb, err := p.Create(ctx, sandbox.Spec{Image: img, WorkDir: "/workspace", ShareUsr: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sb.Close(context.Background())
+	if m := usrMounts(t, sb); m != "" {
+		t.Errorf("an image whose build wrote under /usr/lib got the shared /usr: %q", m)
+	}
+	if code, out := run(t, sb, false, "python3 -c 'import gymtest_planted; print(gymtest_planted.VALUE)'"); code != 0 || strings.TrimSpace(out) != "42" {
+		t.Errorf("the prepared file under /usr/lib: %d %q", code, out)
+	}
+
+	base := derivedBase(t, cli, "chmod o+w /usr/lib/python3")
+	img, err = p.Prepare(ctx, sandbox.ImageSpec{BaseImage: base, WorkDir: "/workspace"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sb2, err := p.Create(ctx, sandbox.Spec{Image: img, WorkDir: "/workspace", ShareUsr: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sb2.Close(context.Background())
+	if m := usrMounts(t, sb2); m != "" {
+		t.Errorf("a base writable by others under /usr/lib got the shared /usr: %q", m)
+	}
+	if code, out := run(t, sb2, false, "touch /usr/lib/python3/agent-was-here"); code != 0 {
+		t.Errorf("the agent cannot write where the image lets it: %d %s", code, out)
+	}
+	if v := usrVolumes(t, cli, base); len(v) != 0 {
+		t.Errorf("volumes left for a base that cannot share: %v", v)
+	}
+}
+
+// TestSharedUsrFirstUseAtOnce starts sandboxes of a base image that has
+// no volumes yet, all at once: each gets the shared /usr, and the base
+// has exactly its three volumes. PruneUsrVolumes keeps them while the
+// base exists and removes those of a base that is gone.
+func TestSharedUsrFirstUseAtOnce(t *testing.T) {
+	p, cli := newProvider(t)
+	ctx := t.Context()
+	base := derivedBase(t, cli, "echo first-use > /etc/gymtest-first-use")
+	img, err := p.Prepare(ctx, sandbox.ImageSpec{BaseImage: base, WorkDir: "/workspace"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 4
+	boxes := make([]sandbox.Sandbox, n)
+	var wg sync.WaitGroup
+	errs := make([]error, n)
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			boxes[i], errs[i] = p.Create(ctx, sandbox.Spec{Image: img, WorkDir: "/workspace", ShareUsr: true})
+		}()
+	}
+	wg.Wait()
+	for i, sb := range boxes {
+		if errs[i] != nil {
+			t.Fatal(errs[i])
+		}
+		defer sb.Close(context.Background())
+		if m := usrMounts(t, sb); strings.Count(m, "\n") != 2 {
+			t.Errorf("sandbox %d: mounts %q", i, m)
+		}
+		if code, out := run(t, sb, false, "cat /etc/gymtest-first-use && /bin/echo hi"); code != 0 || out != "first-use\nhi\n" {
+			t.Errorf("sandbox %d: %d %q", i, code, out)
+		}
+	}
+	if v := usrVolumes(t, cli, base); len(v) != 3 {
+		t.Errorf("volumes of the base: %v, want bin, lib and ok", v)
+	}
+	if removed, err := docker.PruneUsrVolumes(ctx, cli); err != nil || len(removed) != 0 {
+		t.Errorf("prune while the base exists: removed %v, %v", removed, err)
+	}
+	// A volume whose base image is gone goes.
+	gone := "sha256:" + strings.Repeat("0", 64)
+	if _, err := cli.VolumeCreate(ctx, volume.CreateOptions{Name: "gymserver-usr-000000000000-bin", Labels: map[string]string{"gymserver.usr-of": gone}}); err != nil {
+		t.Fatal(err)
+	}
+	removed, err := docker.PruneUsrVolumes(ctx, cli)
+	if err != nil || len(removed) != 1 || removed[0] != "gymserver-usr-000000000000-bin" {
+		t.Errorf("prune of a gone base's volume: removed %v, %v", removed, err)
+	}
+}
