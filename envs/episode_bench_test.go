@@ -53,6 +53,10 @@ var episodeNoZygote = flag.Bool("episode.no-zygote", false, "BenchmarkEpisode: a
 // to BenchmarkEpisode.
 var episodeSyncRemove = flag.Bool("episode.sync-remove", false, "BenchmarkEpisode: also run gymserver removing the container within close")
 
+// episodeStorageUsr adds ours with shared_usr off (/usr read through the
+// storage driver, as before the shared /usr volumes) to BenchmarkEpisode.
+var episodeStorageUsr = flag.Bool("episode.storage-usr", false, "BenchmarkEpisode: also run gymserver with shared_usr off")
+
 // calculatorEnv loads calculator_api on p.
 func calculatorEnv(b *testing.B, p sandbox.Provider) (*envs.TaskEnv, config.Environment, []gym.ToolCall) {
 	return calculatorEnvWith(b, p, nil)
@@ -298,7 +302,9 @@ func (st *episodeStats) report(b *testing.B, way string) {
 // runs P episodes of ours without it, reported as gymserver_no_zygote.
 // Ours removes each container in the background after close; with
 // -episode.sync-remove each round also runs P episodes of ours removing it
-// within close (as before), reported as gymserver_sync_remove. Ours
+// within close (as before), reported as gymserver_sync_remove; with
+// -episode.storage-usr P episodes of ours with shared_usr off, reported as
+// gymserver_storage_usr. Ours
 // reports the p50 of its close too. The background removals of one way's
 // round may overlap the next way's round: the machine does that work
 // either way, only no longer on the client's clock.
@@ -315,17 +321,22 @@ func BenchmarkEpisode(b *testing.B) {
 		ec.VerifierZygote = &off
 		ec.ID += "_no_zygote"
 	})
+	eu, _, _ := calculatorEnvWith(b, p, func(ec *config.Environment) {
+		off := false
+		ec.SharedUsr = &off
+		ec.ID += "_storage_usr"
+	})
 	task := newAPITask(b, ec)
 	for _, par := range []int{1, 4, 8} {
 		b.Run(fmt.Sprintf("P=%d", par), func(b *testing.B) {
 			ctx := context.Background()
-			var ours, fresh, syncRm, base episodeStats
+			var ours, fresh, syncRm, storageUsr, base episodeStats
 			for range b.N {
 				for _, w := range []struct {
 					e  *envs.TaskEnv
 					st *episodeStats
-				}{{e, &ours}, {ef, &fresh}, {es, &syncRm}} {
-					if w.st == &fresh && !*episodeNoZygote || w.st == &syncRm && !*episodeSyncRemove {
+				}{{e, &ours}, {ef, &fresh}, {es, &syncRm}, {eu, &storageUsr}} {
+					if w.st == &fresh && !*episodeNoZygote || w.st == &syncRm && !*episodeSyncRemove || w.st == &storageUsr && !*episodeStorageUsr {
 						continue
 					}
 					d, err := round(par, func() error {
@@ -367,6 +378,9 @@ func BenchmarkEpisode(b *testing.B) {
 			}
 			if *episodeSyncRemove {
 				syncRm.report(b, "gymserver_sync_remove")
+			}
+			if *episodeStorageUsr {
+				storageUsr.report(b, "gymserver_storage_usr")
 			}
 			base.report(b, "docker_api")
 		})
@@ -589,6 +603,14 @@ func BenchmarkEvaluate(b *testing.B) {
 		ec.VerifierZygote = &off
 		ec.ID += "_no_zygote"
 	})
+	// With the zygote but shared_usr off: /usr through the storage driver,
+	// as before the shared /usr volumes.
+	pu := &timedProvider{Provider: dp}
+	eu, _, _ := calculatorEnvWith(b, pu, func(ec *config.Environment) {
+		off := false
+		ec.SharedUsr = &off
+		ec.ID += "_storage_usr"
+	})
 	ctx := context.Background()
 	// start resets a session of e and applies the reference up to mark_done.
 	start := func(b *testing.B, e *envs.TaskEnv, p *timedProvider) (gym.Session, *timedSandbox) {
@@ -612,7 +634,7 @@ func BenchmarkEvaluate(b *testing.B) {
 		phases := map[string][]time.Duration{}
 		// cpuPhases: the container's CPU time in each call, by arm.
 		cpuPhases := map[string][]time.Duration{}
-		var total, fresh, base, cpu, freshCPU, ready, readyCPU []time.Duration
+		var total, fresh, storageUsr, base, cpu, freshCPU, ready, readyCPU []time.Duration
 		var rss []int64
 		viaZygote := 0
 		// evaluate runs one evaluation on the clock and returns its
@@ -681,6 +703,14 @@ func BenchmarkEvaluate(b *testing.B) {
 			phases["other"] = append(phases["other"], took-known)
 			addCPUPhases(cpuPhases, "zygote", calls, used)
 
+			// With the zygote, /usr through the storage driver.
+			s, sb = start(b, eu, pu)
+			if st, err := sb.StartZygote(ctx, true); err != nil || !st.Ready {
+				b.Fatalf("zygote: %+v %v", st, err)
+			}
+			took, _, _ = evaluate(b, s, sb)
+			storageUsr = append(storageUsr, took)
+
 			// Without the zygote.
 			s, sb = start(b, ef, pf)
 			took, used, calls = evaluate(b, s, sb)
@@ -702,6 +732,7 @@ func BenchmarkEvaluate(b *testing.B) {
 		}
 		b.ReportMetric(ms(percentile(total, 50)), "gymserver_eval_p50_ms")
 		b.ReportMetric(ms(percentile(fresh, 50)), "gymserver_no_zygote_eval_p50_ms")
+		b.ReportMetric(ms(percentile(storageUsr, 50)), "gymserver_storage_usr_eval_p50_ms")
 		b.ReportMetric(ms(percentile(base, 50)), "docker_api_eval_p50_ms")
 		b.ReportMetric(ms(percentile(cpu, 50)), "gymserver_eval_cpu_p50_ms")
 		b.ReportMetric(ms(percentile(freshCPU, 50)), "gymserver_no_zygote_eval_cpu_p50_ms")
@@ -714,8 +745,8 @@ func BenchmarkEvaluate(b *testing.B) {
 			b.ReportMetric(ms(percentile(d, 50)), k+"_p50_ms")
 		}
 		printCPUPhases(cpuPhases)
-		fmt.Printf("evaluate calculator_api p50 over %d: with the zygote %.1f ms (container CPU %.1f ms), without %.1f ms (CPU %.1f ms), docker API baseline %.1f ms; zygote ready in %.0f ms, %.1f MiB RSS\n",
-			b.N, ms(percentile(total, 50)), ms(percentile(cpu, 50)), ms(percentile(fresh, 50)), ms(percentile(freshCPU, 50)),
+		fmt.Printf("evaluate calculator_api p50 over %d: with the zygote %.1f ms (container CPU %.1f ms), with it and shared_usr off %.1f ms, without it %.1f ms (CPU %.1f ms), docker API baseline %.1f ms; zygote ready in %.0f ms, %.1f MiB RSS\n",
+			b.N, ms(percentile(total, 50)), ms(percentile(cpu, 50)), ms(percentile(storageUsr, 50)), ms(percentile(fresh, 50)), ms(percentile(freshCPU, 50)),
 			ms(percentile(base, 50)), ms(percentile(ready, 50)), float64(rss[(len(rss)-1)/2])/(1<<20))
 	})
 	b.Run("pytest_phases", func(b *testing.B) {

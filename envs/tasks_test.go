@@ -133,7 +133,7 @@ func waitPooled(t *testing.T, p *docker.Provider, e *envs.TaskEnv) {
 	spec := sandbox.Spec{Image: image, WorkDir: ec.WorkingDirectory, Env: ec.EnvironmentVariables,
 		Labels:    map[string]string{},
 		Resources: sandbox.Resources{MemoryBytes: ec.Resources.MemoryBytes, CPUs: ec.Resources.CPUs, PIDs: ec.Resources.PIDs},
-		Network:   ec.Network}
+		Network:   ec.Network, ShareUsr: ec.SharedUsrOn()}
 	waittest.For(t, "the pool to fill", time.Minute, func() bool { return p.Pooled(spec) >= 1 })
 }
 

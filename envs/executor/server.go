@@ -392,13 +392,29 @@ func (s *server) exec(ctx context.Context, req request) response {
 			zplan.why = "the zygote is busy"
 		}
 	}
+	// direct says the program runs without the shell (see direct.go).
+	var direct bool
 	if !zplan.running {
+		if d := directCmd(req, cmd); d != nil {
+			if err := d.Start(); err == nil {
+				cmd, direct = d, true
+			} else {
+				// Nothing of the program ran: the shell runs it, or says
+				// why it cannot.
+				closePidfd(*pidfd)
+				*pidfd = -1
+			}
+		}
+	}
+	if !zplan.running && !direct {
 		if err := cmd.Start(); err != nil {
 			closePidfd(*pidfd)
 			outPipe.close()
 			errPipe.close()
 			return response{ID: req.ID, ErrKind: startKind(err), Err: err.Error()}
 		}
+	}
+	if !zplan.running {
 		pid = cmd.Process.Pid
 		wait = func() (syscall.WaitStatus, error) {
 			awaitExit(*pidfd)
@@ -467,6 +483,11 @@ func (s *server) exec(ctx context.Context, req request) response {
 	}
 	if err := errors.Join(pipeErrs...); err != nil {
 		return response{ID: req.ID, ErrKind: kindOther, Err: err.Error()}
+	}
+	if direct && !killed && w.ws.Signaled() {
+		var msg string
+		w.ws, msg = shellSignalEnd(w.ws)
+		stderr.Write([]byte(msg))
 	}
 	resp := response{ID: req.ID, DurationNS: dur.Nanoseconds(), ExitCode: -1}
 	resp.setWaitStatus(w.ws)
