@@ -32,11 +32,13 @@ import (
 // start. Ours includes the executor answering its first request; the
 // baselines end when the engine says started. create_ms, attach_ms,
 // start_ms and ready_ms (p50) break ours down (create_ms is off the clock
-// with a created pool).
+// with a created pool). Ours runs with the shared /usr (ShareUsr, the
+// environments' default), and once more without it (cold_storage_usr).
 // Run: go test -run '^$' -bench Create ./envs/docker/
 func BenchmarkCreate(b *testing.B) {
-	b.Run("cold", func(b *testing.B) { benchCold(b, docker.Options{}) })
-	b.Run("cold_created_pool", func(b *testing.B) { benchCold(b, docker.Options{CreatedPool: 1}) })
+	b.Run("cold", func(b *testing.B) { benchCold(b, docker.Options{}, true) })
+	b.Run("cold_storage_usr", func(b *testing.B) { benchCold(b, docker.Options{}, false) })
+	b.Run("cold_created_pool", func(b *testing.B) { benchCold(b, docker.Options{CreatedPool: 1}, true) })
 	b.Run("warm_pool", func(b *testing.B) {
 		const pool = 2
 		p, _ := dockertest.NewWith(b, docker.Options{WarmPool: pool})
@@ -45,7 +47,7 @@ func BenchmarkCreate(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		spec := sandbox.Spec{Image: image, WorkDir: "/workspace"}
+		spec := sandbox.Spec{Image: image, WorkDir: "/workspace", ShareUsr: true}
 		// Fill the pool before measuring.
 		s, err := p.Create(ctx, spec)
 		if err != nil {
@@ -75,15 +77,16 @@ func BenchmarkCreate(b *testing.B) {
 }
 
 // benchCold measures Create on a provider with opts and no warm pool,
-// alternating with the baselines (see BenchmarkCreate).
-func benchCold(b *testing.B, opts docker.Options) {
+// alternating with the baselines (see BenchmarkCreate); share is the
+// Spec's ShareUsr.
+func benchCold(b *testing.B, opts docker.Options, share bool) {
 	p, cli := dockertest.NewWith(b, opts)
 	ctx := context.Background()
 	image, err := p.Prepare(ctx, sandbox.ImageSpec{BaseImage: baseimage.Python, WorkDir: "/workspace"})
 	if err != nil {
 		b.Fatal(err)
 	}
-	spec := sandbox.Spec{Image: image, WorkDir: "/workspace"}
+	spec := sandbox.Spec{Image: image, WorkDir: "/workspace", ShareUsr: share}
 	if opts.CreatedPool > 0 {
 		// The pool for a Spec fills after its first Create.
 		s, err := p.Create(ctx, spec)

@@ -72,7 +72,7 @@ func streamSetup(tb testing.TB, pool int) (*docker.Provider, sandbox.Spec, time.
 	if err != nil {
 		tb.Fatal(err)
 	}
-	spec := sandbox.Spec{Image: image, WorkDir: "/workspace"}
+	spec := sandbox.Spec{Image: image, WorkDir: "/workspace", ShareUsr: true}
 	start := time.Now()
 	s, err := p.Create(ctx, spec)
 	if err != nil {

@@ -60,7 +60,7 @@ func BenchmarkStepSessions(b *testing.B) {
 		g.SetLimit(8)
 		for i := range more {
 			g.Go(func() (err error) {
-				more[i], err = p.Create(ctx, sandbox.Spec{Image: image, WorkDir: "/workspace"})
+				more[i], err = p.Create(ctx, sandbox.Spec{Image: image, WorkDir: "/workspace", ShareUsr: true})
 				return err
 			})
 		}
@@ -391,9 +391,10 @@ func runCeiling(b *testing.B, sb sandbox.Sandbox, runs int) float64 {
 }
 
 // makeCeilingSandbox makes the sandbox the ceiling runs in: one without
-// the CPU quota of a session (it would cap the loops at one core).
+// the CPU quota of a session (it would cap the loops at one core), with
+// the shared /usr as the sessions have it.
 func makeCeilingSandbox(b *testing.B, p *docker.Provider, image string) sandbox.Sandbox {
-	sb, err := p.Create(context.Background(), sandbox.Spec{Image: image, WorkDir: "/workspace",
+	sb, err := p.Create(context.Background(), sandbox.Spec{Image: image, WorkDir: "/workspace", ShareUsr: true,
 		Resources: sandbox.Resources{CPUs: float64(numCPU())}})
 	if err != nil {
 		b.Fatal(err)
@@ -590,7 +591,7 @@ func BenchmarkStepExecutorAB(b *testing.B) {
 		g.SetLimit(8)
 		for i := range a.boxes {
 			g.Go(func() (err error) {
-				a.boxes[i], err = a.p.Create(ctx, sandbox.Spec{Image: image, WorkDir: "/workspace"})
+				a.boxes[i], err = a.p.Create(ctx, sandbox.Spec{Image: image, WorkDir: "/workspace", ShareUsr: true})
 				return err
 			})
 		}
