@@ -62,6 +62,9 @@ type session struct {
 	endTime          time.Time
 	// crash says how the agent broke its sandbox (sandbox.ErrAgentCrash).
 	crash string
+	// zygoteDue says the verifier zygote starts at the next step: a
+	// fork's waits for its first step (see TaskEnv.Fork).
+	zygoteDue bool
 }
 
 var _ gym.Session = (*session)(nil)
@@ -127,6 +130,12 @@ func (s *session) Step(ctx context.Context, a gym.Action) (gym.StepResult, error
 	defer s.mu.Unlock()
 	if s.closed || s.done {
 		return gym.StepResult{}, fmt.Errorf("session %s: step: episode ended (%s): %w", s.id, s.reason, gym.ErrEpisodeDone)
+	}
+	if s.zygoteDue {
+		// Under mu, so Close cannot remove the sandbox meanwhile; the
+		// zygote imports while the agent works, and the tests use it.
+		s.zygoteDue = false
+		s.task.startZygote(ctx, s.sb)
 	}
 	s.steps++
 	res := gym.StepResult{Info: gym.StepInfo{Step: s.steps}}

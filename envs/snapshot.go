@@ -142,7 +142,8 @@ func (s *session) Snapshot(ctx context.Context) (gym.Snapshot, error) {
 // snapshot's stopped, so the global timeout counts the time already used.
 // An archive is restored into a sandbox started as a reset of the task
 // would start it (from the warm pool when one waits); a committed image is
-// started as is.
+// started as is. Unlike a reset's, a fork's verifier zygote starts at its
+// first step.
 func (e *TaskEnv) Fork(ctx context.Context, snapshotID string) (gym.Session, gym.Reset, error) {
 	e.mu.Lock()
 	rec, ok := e.snapshots[snapshotID]
@@ -164,9 +165,11 @@ func (e *TaskEnv) Fork(ctx context.Context, snapshotID string) (gym.Session, gym
 			return nil, gym.Reset{}, gym.Classify(fmt.Errorf("environment %s: fork %s: %w", e.cfg.ID, snapshotID, err), gym.ClassSandbox)
 		}
 	}
-	// After the restore: the zygote's imports would otherwise compete with
-	// it (and with every other fork of the call) for the CPU.
-	rec.task.startZygote(ctx, s.sb)
+	// The verifier zygote starts at the fork's first step, not here: its
+	// imports would compete with the restore (and with every other fork
+	// of the call) for the CPU. A fork evaluated before any step runs its
+	// tests the usual way.
+	s.zygoteDue = true
 	s.start = time.Now().Add(-time.Duration(rec.snap.Elapsed))
 	s.steps, s.actions = rec.snap.Steps, rec.snap.Actions
 	r := s.initial()

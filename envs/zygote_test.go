@@ -2,8 +2,10 @@ package envs_test
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -36,16 +38,32 @@ func (p *pathProvider) Create(ctx context.Context, spec sandbox.Spec) (sandbox.S
 	p.mu.Lock()
 	p.last = ps
 	p.mu.Unlock()
+	if a, ok := sb.(sandbox.Archiver); ok {
+		// Snapshots and forks need it.
+		return archivingSandbox{ps, a}, nil
+	}
 	return ps, nil
+}
+
+// archivingSandbox is a pathSandbox of a sandbox that can also be saved
+// and restored as an archive.
+type archivingSandbox struct {
+	*pathSandbox
+	sandbox.Archiver
+}
+
+// lastSandbox returns the sandbox made last.
+func (p *pathProvider) lastSandbox() *pathSandbox {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.last
 }
 
 // zygoteReady waits until the zygote of the last sandbox is ready, as it
 // is when the agent's turns outlast its start (they do not in a test).
 func (p *pathProvider) zygoteReady(t *testing.T) {
 	t.Helper()
-	p.mu.Lock()
-	sb := p.last
-	p.mu.Unlock()
+	sb := p.lastSandbox()
 	st, err := sb.StartZygote(t.Context(), true)
 	if err != nil || !st.Ready {
 		t.Fatalf("zygote: %+v %v", st, err)
@@ -322,4 +340,158 @@ while True:
 		t.Fatalf("%s; %v", describe(r), ev.Commands)
 	}
 	checkPath(t, p, true, len(ec.UnitTests))
+}
+
+// zygoteRunning reports whether sb runs a verifier zygote: a root process
+// whose command line is the zygote's program (the listing runs as root).
+func zygoteRunning(t *testing.T, sb sandbox.Sandbox) bool {
+	t.Helper()
+	// "[ ]" keeps the listing's own command line from matching.
+	r, err := sb.Exec(t.Context(), sandbox.ExecRequest{Priv: true, Timeout: 10 * time.Second, Argv: []string{"/bin/sh", "-c",
+		`for d in /proc/[0-9]*; do [ "$(stat -c %u $d 2>/dev/null)" = 0 ] && tr '\0' ' ' < $d/cmdline 2>/dev/null | grep -q "verifier[ ]zygote" && echo "${d#/proc/}"; done; true`}})
+	if err != nil || r.ExitCode != 0 {
+		t.Fatalf("list the sandbox's processes: %v %s", err, formatResult(r))
+	}
+	return strings.TrimSpace(string(r.Stdout)) != ""
+}
+
+func formatResult(r sandbox.ExecResult) string {
+	return "exit " + strconv.Itoa(r.ExitCode) + ": " + string(r.Stdout) + string(r.Stderr)
+}
+
+// TestForkZygoteStartsAtFirstStep forks a snapshot of calculator_api's
+// solved state: no fork runs a verifier zygote until its first step; one
+// that steps has one from that step on and its tests run through it; one
+// evaluated before any step runs them the usual way. Both score 1, test by
+// test alike, as does a fork whose first step is mark_done. Steps,
+// evaluations and closes of a fork that race each other end cleanly.
+func TestForkZygoteStartsAtFirstStep(t *testing.T) {
+	t.Parallel()
+	e, ec, p := zygoteEnv(t, "calculator_api", true, func(ec *config.Environment) { ec.ID = "calculator_api_fork_zygote" })
+	s, _ := reset(t, e)
+	ref, err := envs.ReferenceCalls(ec.Tasks[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	act(t, s, stepBound(ec), ref[:len(ref)-1]...)
+	snap, err := s.(gym.Snapshotter).Snapshot(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.DropSnapshot(context.Background(), snap.ID) })
+	if snap.Mode != gym.SnapshotArchive {
+		t.Fatalf("snapshot mode %q (fallback %q), want an archive", snap.Mode, snap.Fallback)
+	}
+	fork := func(t *testing.T) (gym.Session, *pathSandbox) {
+		t.Helper()
+		f, _, err := e.Fork(t.Context(), snap.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { f.Close(context.Background()) })
+		sb := p.lastSandbox()
+		if zygoteRunning(t, sb) {
+			t.Fatal("the fork runs a verifier zygote before its first step")
+		}
+		return f, sb
+	}
+	var stepped, unstepped, doneFirst []string
+
+	t.Run("step", func(t *testing.T) {
+		f, sb := fork(t)
+		runShell(t, f, ec, "true")
+		if !zygoteRunning(t, sb) {
+			t.Fatal("no verifier zygote after the fork's first step")
+		}
+		p.zygoteReady(t)
+		r := finish(t, f, ec)
+		if ev := r.Info.Evaluation; r.Reward != 1 || ev.Mask || ev.ErrorClass != "" {
+			t.Fatalf("%s; %v", describe(r), ev.Commands)
+		}
+		checkPath(t, p, true, len(ec.UnitTests))
+		stepped = verdicts(r.Info.Evaluation)
+	})
+	if t.Failed() {
+		return
+	}
+
+	t.Run("evaluate_without_step", func(t *testing.T) {
+		f, sb := fork(t)
+		ctx, cancel := context.WithTimeout(t.Context(), evalBound(ec))
+		defer cancel()
+		ev, err := f.Evaluate(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ev.Reward != 1 || ev.Mask || ev.ErrorClass != "" {
+			t.Fatalf("reward %v, error %s %s; %v", ev.Reward, ev.ErrorClass, ev.Error, ev.Commands)
+		}
+		execs := p.take()
+		if len(execs) != len(ec.UnitTests) {
+			t.Fatalf("%d test commands ran, want %d", len(execs), len(ec.UnitTests))
+		}
+		for i, x := range execs {
+			if x.ViaZygote || x.ZygoteMiss != "no zygote started" {
+				t.Errorf("test command %d: via the zygote %v, miss %q; want the usual way, no zygote started", i, x.ViaZygote, x.ZygoteMiss)
+			}
+		}
+		if zygoteRunning(t, sb) {
+			t.Error("the evaluation of a fork without a step started a verifier zygote")
+		}
+		unstepped = verdicts(&ev)
+	})
+
+	t.Run("mark_done_first", func(t *testing.T) {
+		f, _ := fork(t)
+		r := finish(t, f, ec)
+		if ev := r.Info.Evaluation; r.Reward != 1 || ev.Mask || ev.ErrorClass != "" {
+			t.Fatalf("%s; %v", describe(r), ev.Commands)
+		}
+		// The zygote starts at this step; whether the tests wait for it
+		// (at most 5 s) or not depends on the machine's load.
+		for i, x := range p.take() {
+			t.Logf("test command %d: via the zygote %v (%s, waited %s)", i, x.ViaZygote, x.ZygoteMiss, x.ZygoteWait)
+		}
+		doneFirst = verdicts(r.Info.Evaluation)
+	})
+
+	if diff := cmp.Diff(unstepped, stepped); diff != "" {
+		t.Errorf("verdicts via the zygote after a step differ from those of a fork evaluated without a step (-without +after a step):\n%s", diff)
+	}
+	if diff := cmp.Diff(unstepped, doneFirst); diff != "" {
+		t.Errorf("verdicts of a fork whose first step is mark_done differ from those of a fork evaluated without a step (-without +mark_done first):\n%s", diff)
+	}
+
+	t.Run("race_close", func(t *testing.T) {
+		for range 3 {
+			f, _, err := e.Fork(t.Context(), snap.ID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithTimeout(t.Context(), evalBound(ec))
+			var wg sync.WaitGroup
+			var stepErr, evalErr, closeErr error
+			var ev gym.Evaluation
+			wg.Go(func() {
+				_, stepErr = f.Step(ctx, gym.Action{ToolCalls: []gym.ToolCall{call(gym.ToolExecuteCommand, gym.ExecuteCommandArgs{Command: "true"})}})
+			})
+			wg.Go(func() { ev, evalErr = f.Evaluate(ctx) })
+			wg.Go(func() { _, closeErr = f.Close(ctx) })
+			wg.Wait()
+			cancel()
+			if closeErr != nil {
+				t.Errorf("close: %v", closeErr)
+			}
+			for name, err := range map[string]error{"step": stepErr, "evaluate": evalErr} {
+				if err != nil && !errors.Is(err, gym.ErrEpisodeDone) && !errors.Is(err, context.Canceled) {
+					t.Errorf("%s racing close: %v", name, err)
+				}
+			}
+			if evalErr == nil && (ev.Reward != 1 || ev.ErrorClass != "") {
+				t.Errorf("evaluation racing close: reward %v, error %s %s", ev.Reward, ev.ErrorClass, ev.Error)
+			}
+			t.Logf("step: %v; evaluate: %v", stepErr, evalErr)
+			p.take()
+		}
+	})
 }
