@@ -10,6 +10,7 @@ import (
 	"github.com/docker/docker/api/types/filters"
 	"github.com/docker/docker/api/types/volume"
 	"github.com/docker/docker/client"
+	"github.com/docker/docker/errdefs"
 )
 
 // Shared /usr: a sandbox's /usr/bin and /usr/lib can come, read-only, from
@@ -26,7 +27,7 @@ import (
 // says so with labelUsrBase, and every such image of one base shares one
 // pair. A base image's pair is made once per engine, by a container of the
 // base that the engine copies them into; a third, empty volume marks the
-// pair complete.
+// pair complete (-ok), or the base as one that cannot share (-no).
 
 // labelUsrBase, on a prepared image, holds the id of its base image when
 // the build left /usr/bin and /usr/lib as the base has them.
@@ -47,8 +48,12 @@ var usrDirs = []string{"/usr/bin", "/usr/lib"}
 const usrCheck = `test -z "$(find /usr/bin /usr/lib -xdev ! -type l \( ! -user 0 -o -perm -o=w -o \( -perm -g=w ! -group 0 \) \) -print -quit)"`
 
 // usrMakeTimeout bounds making one base image's volumes (a copy of about
-// 100 MB here).
+// 100 MB here), or waiting for another process to make them.
 const usrMakeTimeout = 5 * time.Minute
+
+// usrWaitPoll is how often a process that waits for another to make the
+// volumes looks for them.
+const usrWaitPoll = 200 * time.Millisecond
 
 // usrShare is what the provider knows of one base image's volumes: binds
 // is nil when the base cannot share them. done closes when it is known.
@@ -115,7 +120,7 @@ func (p *Provider) usrBinds(ctx context.Context, ref string) []string {
 
 // makeUsrVolumes makes, unless they exist complete, the volumes of base's
 // /usr/bin and /usr/lib, and returns their binds; nil and no error when
-// base lets a non-root user write there.
+// base lets a non-root user write there. On an error it returns nil.
 func (p *Provider) makeUsrVolumes(ctx context.Context, base string) ([]string, error) {
 	prefix := usrVolumePrefix(base)
 	names := []string{prefix + "-bin", prefix + "-lib"}
@@ -126,10 +131,55 @@ func (p *Provider) makeUsrVolumes(ctx context.Context, base string) ([]string, e
 		}
 		return out
 	}
-	if _, err := p.cli.VolumeInspect(ctx, prefix+"-ok"); err == nil {
-		return binds(":ro,nocopy"), nil
-	} else if !isNotFound(err) {
-		return nil, err
+	// known looks for the markers: the volumes are complete (-ok), or
+	// base cannot share them (-no); done says which was found.
+	known := func() (out []string, done bool, err error) {
+		for _, m := range []string{"-ok", "-no"} {
+			_, err := p.cli.VolumeInspect(ctx, prefix+m)
+			if isNotFound(err) {
+				continue
+			}
+			if err != nil {
+				return nil, false, err
+			}
+			if m == "-ok" {
+				return binds(":ro,nocopy"), true, nil
+			}
+			return nil, true, nil
+		}
+		return nil, false, nil
+	}
+	if out, done, err := known(); done || err != nil {
+		return out, err
+	}
+	// One maker per engine: a container's name is unique there, so the
+	// process that creates the lock container makes the volumes, and the
+	// others (other servers on the engine) wait for a marker. The lock
+	// carries the owner's labels, so the reaper removes it after a crash.
+	lock, err := p.cli.ContainerCreate(ctx, &container.Config{Image: base, Cmd: []string{"true"}, Labels: p.labels(nil)},
+		&container.HostConfig{NetworkMode: "none"}, nil, nil, prefix+"-lock")
+	if errdefs.IsConflict(err) {
+		for {
+			select {
+			case <-ctx.Done():
+				return nil, fmt.Errorf("another process makes the volumes: %w", ctx.Err())
+			case <-time.After(usrWaitPoll):
+			}
+			if out, done, err := known(); done || err != nil {
+				return out, err
+			}
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("lock: %w", err)
+	}
+	defer func() {
+		if err := p.cli.ContainerRemove(context.WithoutCancel(ctx), lock.ID, container.RemoveOptions{Force: true}); err != nil && !isNotFound(err) {
+			p.log.Warn("remove the lock of the /usr volumes", "container", shortID(lock.ID), "err", err)
+		}
+	}()
+	if out, done, err := known(); done || err != nil { // made while we took the lock
+		return out, err
 	}
 	// What an earlier attempt left is made again: the engine copies the
 	// image's files only into an empty volume.
@@ -175,9 +225,18 @@ func (p *Provider) makeUsrVolumes(ctx context.Context, base string) ([]string, e
 	}
 	if code != 0 {
 		p.log.Info("base image lets non-root users write under /usr/bin or /usr/lib: no shared /usr volumes", "base", shortID(trimDigest(base)), "exit", code)
-		p.cli.ContainerRemove(ctx, created.ID, container.RemoveOptions{Force: true})
+		// The volumes go (the container that holds them first); the
+		// marker says so to the other processes and to later runs.
+		if err := p.cli.ContainerRemove(ctx, created.ID, container.RemoveOptions{Force: true}); err != nil {
+			return nil, fmt.Errorf("remove the check container: %w", err)
+		}
 		for _, n := range names {
-			p.cli.VolumeRemove(ctx, n, false)
+			if err := p.cli.VolumeRemove(ctx, n, false); err != nil && !isNotFound(err) {
+				return nil, fmt.Errorf("remove volume %s: %w", n, err)
+			}
+		}
+		if _, err := p.cli.VolumeCreate(ctx, volume.CreateOptions{Name: prefix + "-no", Labels: labels}); err != nil {
+			return nil, fmt.Errorf("create volume %s-no: %w", prefix, err)
 		}
 		return nil, nil
 	}

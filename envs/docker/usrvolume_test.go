@@ -216,21 +216,27 @@ func TestSharedUsrOnlyWhenSafe(t *testing.T) {
 	if code, out := run(t, sb2, false, "touch /usr/lib/python3/agent-was-here"); code != 0 {
 		t.Errorf("the agent cannot write where the image lets it: %d %s", code, out)
 	}
-	if v := usrVolumes(t, cli, base); len(v) != 0 {
-		t.Errorf("volumes left for a base that cannot share: %v", v)
+	if v := usrVolumes(t, cli, base); len(v) != 1 || !strings.HasSuffix(v[0], "-no") {
+		t.Errorf("volumes of a base that cannot share: %v, want its -no marker alone", v)
 	}
 }
 
 // TestSharedUsrFirstUseAtOnce starts sandboxes of a base image that has
-// no volumes yet, all at once: each gets the shared /usr, and the base
-// has exactly its three volumes. PruneUsrVolumes keeps them while the
-// base exists and removes those of a base that is gone.
+// no volumes yet, all at once, from two providers (two servers on one
+// engine): each gets the shared /usr, the base has exactly its three
+// volumes, and the lock that lets one process make them is gone.
+// PruneUsrVolumes keeps them while the base exists and removes those of a
+// base that is gone.
 func TestSharedUsrFirstUseAtOnce(t *testing.T) {
 	p, cli := newProvider(t)
+	p2, _ := newProvider(t)
 	ctx := t.Context()
 	base := derivedBase(t, cli, "echo first-use > /etc/gymtest-first-use")
 	img, err := p.Prepare(ctx, sandbox.ImageSpec{BaseImage: base, WorkDir: "/workspace"})
 	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p2.Prepare(ctx, sandbox.ImageSpec{BaseImage: base, WorkDir: "/workspace"}); err != nil {
 		t.Fatal(err)
 	}
 	const n = 4
@@ -241,7 +247,11 @@ func TestSharedUsrFirstUseAtOnce(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			boxes[i], errs[i] = p.Create(ctx, sandbox.Spec{Image: img, WorkDir: "/workspace", ShareUsr: true})
+			prov := p
+			if i%2 == 1 {
+				prov = p2
+			}
+			boxes[i], errs[i] = prov.Create(ctx, sandbox.Spec{Image: img, WorkDir: "/workspace", ShareUsr: true})
 		}()
 	}
 	wg.Wait()
@@ -259,6 +269,10 @@ func TestSharedUsrFirstUseAtOnce(t *testing.T) {
 	}
 	if v := usrVolumes(t, cli, base); len(v) != 3 {
 		t.Errorf("volumes of the base: %v, want bin, lib and ok", v)
+	}
+	locks, err := cli.ContainerList(ctx, container.ListOptions{All: true, Filters: filters.NewArgs(filters.Arg("name", "gymserver-usr-"))})
+	if err != nil || len(locks) != 0 {
+		t.Errorf("lock containers left: %d %v", len(locks), err)
 	}
 	if removed, err := docker.PruneUsrVolumes(ctx, cli); err != nil || len(removed) != 0 {
 		t.Errorf("prune while the base exists: removed %v, %v", removed, err)
