@@ -17,6 +17,7 @@ import (
 	"github.com/gymserver/gymserver/envs/config"
 	"github.com/gymserver/gymserver/envs/sandbox"
 	"github.com/gymserver/gymserver/gym"
+	"github.com/gymserver/gymserver/internal/waittest"
 )
 
 // pathProvider records, for every test command (an exec with a report),
@@ -400,9 +401,9 @@ func TestForkZygoteStartsAtFirstStep(t *testing.T) {
 	t.Run("step", func(t *testing.T) {
 		f, sb := fork(t)
 		runShell(t, f, ec, "true")
-		if !zygoteRunning(t, sb) {
-			t.Fatal("no verifier zygote after the fork's first step")
-		}
+		// The step starts it without waiting, when the provider's turn
+		// for a zygote's imports comes.
+		waittest.For(t, "a verifier zygote after the fork's first step", 30*time.Second, func() bool { return zygoteRunning(t, sb) })
 		p.zygoteReady(t)
 		r := finish(t, f, ec)
 		if ev := r.Info.Evaluation; r.Reward != 1 || ev.Mask || ev.ErrorClass != "" {

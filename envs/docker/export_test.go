@@ -56,3 +56,11 @@ func SetMaxPendingRemovals(p *Provider, n int) {
 	p.rm.max = n
 	p.mu.Unlock()
 }
+
+// HoldZygoteTurn takes one of p's turns for a verifier zygote's imports
+// (see Options.ZygoteImports), as a zygote importing would, until release
+// is called.
+func HoldZygoteTurn(p *Provider) (release func()) {
+	p.zygoteTurns <- struct{}{}
+	return func() { <-p.zygoteTurns }
+}

@@ -127,6 +127,13 @@ type Options struct {
 	// returns, as it did before removals ran in the background; for
 	// comparisons.
 	SyncRemove bool
+	// ZygoteImports is how many verifier zygotes may import pytest at once
+	// on the engine (0: half the engine's CPUs, at least 1). A zygote's
+	// low priority counts only inside its container: the engine shares
+	// the CPU between containers, so 32 zygotes importing at once after a
+	// group reset slow every other sandbox's steps. Started without
+	// waiting, a zygote waits its turn (see Sandbox.StartZygote).
+	ZygoteImports int
 }
 
 // Provider makes Docker sandboxes. It is safe for concurrent use.
@@ -173,6 +180,9 @@ type Provider struct {
 	roots map[string][]executor.Root
 	// usr are the shared /usr volumes by base image id (see usrBinds).
 	usr map[string]*usrShare
+	// zygoteTurns holds a token for each verifier zygote importing now
+	// (see Options.ZygoteImports).
+	zygoteTurns chan struct{}
 	// quota is whether the storage driver takes a size per container.
 	quota bool
 
@@ -251,9 +261,14 @@ func New(ctx context.Context, opts Options) (*Provider, error) {
 		p.closeClient()
 		return nil, gym.Classify(fmt.Errorf("docker: engine not reachable: %w", err), gym.ClassSandbox)
 	}
+	imports := opts.ZygoteImports
 	if info, err := p.cli.Info(ctx); err == nil {
 		p.quota = quotaDriver(info.Driver, info.DriverStatus)
+		if imports <= 0 {
+			imports = info.NCPU / 2
+		}
 	}
+	p.zygoteTurns = make(chan struct{}, max(imports, 1))
 	if err := p.Reap(ctx); err != nil {
 		p.log.Warn("reaping orphaned containers failed", "err", err)
 	}

@@ -12,6 +12,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/docker/docker/api/types"
@@ -49,7 +50,18 @@ type Sandbox struct {
 	phases startPhases
 
 	closeOnce sync.Once
+	// zygote is where the verifier zygote's start is: zygoteNone,
+	// zygoteQueued, zygoteStarted or zygoteSkipped (see StartZygote).
+	zygote atomic.Int32
 }
+
+// The states of a sandbox's verifier zygote start.
+const (
+	zygoteNone int32 = iota
+	zygoteQueued
+	zygoteStarted
+	zygoteSkipped
+)
 
 var _ sandbox.Sandbox = (*Sandbox)(nil)
 var _ sandbox.ZygoteStarter = (*Sandbox)(nil)
@@ -414,8 +426,13 @@ func (s *Sandbox) bounded(ctx context.Context, what string, d time.Duration, cal
 	return s.diagnose(err)
 }
 
-// Exec runs a command through the executor, as the sandbox user.
+// Exec runs a command through the executor, as the sandbox user. A
+// command that may use the verifier zygote while the zygote still waits
+// for its turn runs the usual way, and the zygote is not started.
 func (s *Sandbox) Exec(ctx context.Context, req sandbox.ExecRequest) (r sandbox.ExecResult, err error) {
+	if req.Zygote {
+		s.zygote.CompareAndSwap(zygoteQueued, zygoteSkipped)
+	}
 	var bound time.Duration
 	switch {
 	case req.Background:
@@ -510,10 +527,63 @@ func (s *Sandbox) Remove(ctx context.Context, p string) error {
 }
 
 // StartZygote starts the executor's verifier zygote; see
-// sandbox.ZygoteStarter.
-func (s *Sandbox) StartZygote(ctx context.Context, wait bool) (st sandbox.ZygoteStatus, err error) {
-	err = s.bounded(ctx, "start zygote", opBound, func(ctx context.Context) (err error) {
-		st, err = s.exec.StartZygote(ctx, wait)
+// sandbox.ZygoteStarter. Without wait it returns at once, and the zygote
+// starts when its turn comes: at most Options.ZygoteImports zygotes of the
+// provider import at once. Until then an evaluation runs its tests the
+// usual way.
+func (s *Sandbox) StartZygote(ctx context.Context, wait bool) (sandbox.ZygoteStatus, error) {
+	if wait {
+		return s.startZygote(ctx)
+	}
+	if !s.zygote.CompareAndSwap(zygoteNone, zygoteQueued) {
+		return sandbox.ZygoteStatus{}, nil // queued, started or skipped already
+	}
+	p := s.p
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.closed {
+		p.bg.Add(1)
+		go s.zygoteInTurn()
+	}
+	return sandbox.ZygoteStatus{}, nil
+}
+
+// zygoteTurnBound bounds one zygote's turn: its start and its imports.
+const zygoteTurnBound = time.Minute
+
+// zygoteInTurn starts the zygote when a turn is free, unless the sandbox
+// or the provider closes first, and holds the turn until the zygote is
+// ready or has failed.
+func (s *Sandbox) zygoteInTurn() {
+	p := s.p
+	defer p.bg.Done()
+	select {
+	case p.zygoteTurns <- struct{}{}:
+	case <-s.copied: // the sandbox's stream ended: it is closed
+		return
+	case <-p.bgCtx.Done():
+		return
+	}
+	defer func() { <-p.zygoteTurns }()
+	if !s.zygote.CompareAndSwap(zygoteQueued, zygoteStarted) {
+		return // an evaluation came first and ran the usual way
+	}
+	ctx, cancel := context.WithTimeout(p.bgCtx, zygoteTurnBound)
+	defer cancel()
+	st, err := s.startZygote(ctx)
+	switch {
+	case err != nil:
+		p.log.Debug("verifier zygote did not start", "container", shortID(s.id), "err", err)
+	case st.Error != "":
+		p.log.Debug("no verifier zygote", "container", shortID(s.id), "reason", st.Error)
+	}
+}
+
+// startZygote starts the zygote and waits until it is ready or failed.
+func (s *Sandbox) startZygote(ctx context.Context) (st sandbox.ZygoteStatus, err error) {
+	s.zygote.Store(zygoteStarted)
+	err = s.bounded(ctx, "start zygote", zygoteTurnBound, func(ctx context.Context) (err error) {
+		st, err = s.exec.StartZygote(ctx, true)
 		return err
 	})
 	return st, err

@@ -6,7 +6,9 @@ import (
 	"time"
 
 	"github.com/gymserver/gymserver/envs/docker"
+	"github.com/gymserver/gymserver/envs/docker/dockertest"
 	"github.com/gymserver/gymserver/envs/sandbox"
+	"github.com/gymserver/gymserver/internal/waittest"
 )
 
 // zygoteSandbox starts a sandbox of the base image with tests/ holding
@@ -291,5 +293,64 @@ func TestZygoteDeadFallsBack(t *testing.T) {
 	}
 	if r, err = sb.Exec(ctx, cmd); err != nil || r.ExitCode != 0 || !r.ViaZygote {
 		t.Fatalf("with a new zygote: exit %d via zygote %v (%s) %v", r.ExitCode, r.ViaZygote, r.ZygoteMiss, err)
+	}
+}
+
+// zygoteProcess reports whether sb runs a verifier zygote process, as its
+// machinery sees the process list ("[ ]" keeps the listing's own command
+// line from matching).
+func zygoteProcess(t *testing.T, sb sandbox.Sandbox) bool {
+	t.Helper()
+	r, err := sb.Exec(t.Context(), sandbox.ExecRequest{Priv: true, Timeout: 10 * time.Second, Argv: []string{"/bin/sh", "-c",
+		`for d in /proc/[0-9]*; do tr '\0' ' ' < $d/cmdline 2>/dev/null | grep -q "verifier[ ]zygote" && echo "${d#/proc/}"; done; true`}})
+	if err != nil || r.ExitCode != 0 {
+		t.Fatalf("list processes: %v %s %s", err, r.Stdout, r.Stderr)
+	}
+	return strings.TrimSpace(string(r.Stdout)) != ""
+}
+
+// TestZygoteTurns checks the turns of a provider that lets one verifier
+// zygote import at a time. While the turn is taken, zygotes started
+// without waiting do not start. A sandbox that runs a pytest command that
+// may use its zygote before its turn came runs it the usual way, and
+// never starts that zygote. Once the turn is free, the others start one
+// after the other and end ready.
+func TestZygoteTurns(t *testing.T) {
+	p, _ := dockertest.NewWith(t, docker.Options{ZygoteImports: 1})
+	ctx := t.Context()
+	boxes := make([]*docker.Sandbox, 3)
+	for i := range boxes {
+		boxes[i] = baseSandbox(t, p, sandbox.Spec{}).(*docker.Sandbox)
+	}
+	release := docker.HoldZygoteTurn(p)
+	for _, sb := range boxes {
+		if _, err := sb.StartZygote(ctx, false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i, sb := range boxes {
+		if zygoteProcess(t, sb) {
+			t.Errorf("sandbox %d started its zygote while the only turn was taken", i)
+		}
+	}
+	r, err := boxes[2].Exec(ctx, sandbox.ExecRequest{Argv: []string{"/bin/sh", "-c", "python3 -m pytest --version"}, Zygote: true, Timeout: time.Minute})
+	if err != nil || r.ExitCode != 0 || r.ViaZygote || r.ZygoteMiss == "" {
+		t.Errorf("a pytest command before the zygote's turn: %+v %v", r, err)
+	}
+	release()
+	waittest.For(t, "the other two zygotes to start", time.Minute, func() bool {
+		return zygoteProcess(t, boxes[0]) && zygoteProcess(t, boxes[1])
+	})
+	for i, sb := range boxes[:2] {
+		if st, err := sb.StartZygote(ctx, true); err != nil || !st.Ready {
+			t.Errorf("sandbox %d: zygote %+v %v", i, st, err)
+		}
+	}
+	// Its turn comes by now or right after the others' (both are ready).
+	for end := time.Now().Add(2 * time.Second); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
+		if zygoteProcess(t, boxes[2]) {
+			t.Error("the sandbox that evaluated before its zygote's turn started it anyway")
+			break
+		}
 	}
 }
