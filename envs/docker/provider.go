@@ -180,6 +180,9 @@ type Provider struct {
 	roots map[string][]executor.Root
 	// usr are the shared /usr volumes by base image id (see usrBinds).
 	usr map[string]*usrShare
+	// usrBase is the base image id each image ref shares /usr with (""
+	// for none), as its gymserver.usr-base label says.
+	usrBase map[string]string
 	// zygoteTurns holds a token for each verifier zygote importing now
 	// (see Options.ZygoteImports).
 	zygoteTurns chan struct{}
@@ -233,6 +236,7 @@ func New(ctx context.Context, opts Options) (*Provider, error) {
 		bounds:    execBounds{grace: execGrace, alive: aliveEvery},
 		roots:     map[string][]executor.Root{},
 		usr:       map[string]*usrShare{},
+		usrBase:   map[string]string{},
 		rm:        removal{done: make(chan struct{}), workers: make(chan struct{}, removeWorkers), max: maxPendingRemovals},
 	}
 	p.bgCtx, p.bgCancel = context.WithCancel(context.Background())

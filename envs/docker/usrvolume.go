@@ -79,13 +79,22 @@ func usrVolumePrefix(baseID string) string {
 // logged: the sandbox then reads them through the storage driver, as
 // without the option.
 func (p *Provider) usrBinds(ctx context.Context, ref string) []string {
-	info, err := p.cli.ImageInspect(ctx, ref)
-	if err != nil {
-		return nil
-	}
-	var base string
-	if info.Config != nil {
-		base = info.Config.Labels[labelUsrBase]
+	// A ref's label does not change: prepared refs are content hashes,
+	// snapshot refs are made once.
+	p.mu.Lock()
+	base, seen := p.usrBase[ref]
+	p.mu.Unlock()
+	if !seen {
+		info, err := p.cli.ImageInspect(ctx, ref)
+		if err != nil {
+			return nil
+		}
+		if info.Config != nil {
+			base = info.Config.Labels[labelUsrBase]
+		}
+		p.mu.Lock()
+		p.usrBase[ref] = base
+		p.mu.Unlock()
 	}
 	if base == "" {
 		return nil

@@ -4,6 +4,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -82,7 +83,7 @@ func directCmd(req request, cmd *exec.Cmd) *exec.Cmd {
 		if err != nil {
 			return nil
 		}
-		env = append(slicesWithout(env, "PWD"), "PWD="+phys)
+		env = append(slices.DeleteFunc(env, func(kv string) bool { return strings.HasPrefix(kv, "PWD=") }), "PWD="+phys)
 	}
 	return &exec.Cmd{
 		Path:        path,
@@ -141,17 +142,6 @@ func sameFile(a, b string) bool {
 	ai, err1 := os.Stat(a)
 	bi, err2 := os.Stat(b)
 	return err1 == nil && err2 == nil && os.SameFile(ai, bi)
-}
-
-// slicesWithout returns env without the entries of key k.
-func slicesWithout(env []string, k string) []string {
-	out := env[:0:0]
-	for _, kv := range env {
-		if key, _, _ := strings.Cut(kv, "="); key != k {
-			out = append(out, kv)
-		}
-	}
-	return out
 }
 
 // shellSignalEnd turns the end of a program started without the shell by
