@@ -127,6 +127,12 @@ type Options struct {
 	// returns, as it did before removals ran in the background; for
 	// comparisons.
 	SyncRemove bool
+	// KeepRootMode leaves the mode of a sandbox's "/" as its image has it.
+	// By default the executor clears its group bits where that changes no
+	// one's access, which spares a FUSE round trip per path lookup on a
+	// fuse-overlayfs engine (see the executor's --close-root-group); for
+	// comparisons.
+	KeepRootMode bool
 	// ZygoteImports is how many verifier zygotes may import pytest at once
 	// on the engine (0: half the engine's CPUs, at least 1). A zygote's
 	// low priority counts only inside its container: the engine shares

@@ -235,9 +235,13 @@ func (p *Provider) makeContainer(ctx context.Context, spec sandbox.Spec) (*Sandb
 	// start but the first ping. Stdin closes when the attach ends
 	// (StdinOnce), as when this process dies, so the executor ends and the
 	// container with it, and the engine removes it (AutoRemove).
+	args := []string{"serve", "--workdir", workdir, "--agent", sandboxUser}
+	if !p.opts.KeepRootMode {
+		args = append(args, "--close-root-group")
+	}
 	cfg := &container.Config{
 		Image:        spec.Image,
-		Cmd:          p.executorCmd("serve", "--workdir", workdir, "--agent", sandboxUser),
+		Cmd:          p.executorCmd(args...),
 		User:         machineUser,
 		Env:          envList(spec.Env),
 		WorkingDir:   workdir,

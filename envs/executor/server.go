@@ -46,13 +46,14 @@ type Options struct {
 
 // Main is the entry of the executor binary; args[0] is the mode:
 //
-//	serve [--workdir DIR] [--agent UID:GID]   answer requests on stdin/stdout
+//	serve [--workdir DIR] [--agent UID:GID] [--close-root-group]
+//	                                       answer requests on stdin/stdout
 //	idle                                   block until SIGTERM or SIGINT
 //
 // It returns the process exit code.
 func Main(args []string) int {
 	if len(args) == 0 {
-		fmt.Fprintln(os.Stderr, "executor: usage: serve [--workdir DIR] [--agent UID:GID] | idle")
+		fmt.Fprintln(os.Stderr, "executor: usage: serve [--workdir DIR] [--agent UID:GID] [--close-root-group] | idle")
 		return 2
 	}
 	switch args[0] {
@@ -62,6 +63,7 @@ func Main(args []string) int {
 		fs := flag.NewFlagSet("executor serve", flag.ContinueOnError)
 		workdir := fs.String("workdir", "", "working directory for relative paths and commands")
 		agent := fs.String("agent", "", "run commands and file operations as `UID:GID` (the executor must be root)")
+		closeRoot := fs.Bool("close-root-group", false, "clear the group bits of / where that changes no one's access (see closeRootGroup)")
 		if err := fs.Parse(args[1:]); err != nil {
 			return 2
 		}
@@ -78,6 +80,12 @@ func Main(args []string) int {
 			*workdir, _ = os.Getwd()
 		}
 		logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+		if *closeRoot {
+			// Only speed depends on it: a failure is logged, not fatal.
+			if _, err := closeRootGroup("/", cred); err != nil {
+				logger.Warn("close the group bits of /", "err", err)
+			}
+		}
 		tuneRuntime()
 		ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
 		defer stop()
