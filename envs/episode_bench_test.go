@@ -57,6 +57,11 @@ var episodeSyncRemove = flag.Bool("episode.sync-remove", false, "BenchmarkEpisod
 // storage driver, as before the shared /usr volumes) to BenchmarkEpisode.
 var episodeStorageUsr = flag.Bool("episode.storage-usr", false, "BenchmarkEpisode: also run gymserver with shared_usr off")
 
+// episodeRootKept adds ours with "/" keeping its group bits
+// (docker.Options.KeepRootMode, as before the executor cleared them) to
+// BenchmarkEpisode.
+var episodeRootKept = flag.Bool("episode.root-mode-kept", false, "BenchmarkEpisode: also run gymserver with / as the image has it")
+
 // calculatorEnv loads calculator_api on p.
 func calculatorEnv(b *testing.B, p sandbox.Provider) (*envs.TaskEnv, config.Environment, []gym.ToolCall) {
 	return calculatorEnvWith(b, p, nil)
@@ -304,7 +309,8 @@ func (st *episodeStats) report(b *testing.B, way string) {
 // -episode.sync-remove each round also runs P episodes of ours removing it
 // within close (as before), reported as gymserver_sync_remove; with
 // -episode.storage-usr P episodes of ours with shared_usr off, reported as
-// gymserver_storage_usr. Ours
+// gymserver_storage_usr; with -episode.root-mode-kept P episodes of ours
+// whose "/" keeps its group bits, reported as gymserver_root_mode_kept. Ours
 // reports the p50 of its close too. The background removals of one way's
 // round may overlap the next way's round: the machine does that work
 // either way, only no longer on the client's clock.
@@ -326,17 +332,23 @@ func BenchmarkEpisode(b *testing.B) {
 		ec.SharedUsr = &off
 		ec.ID += "_storage_usr"
 	})
+	var ek *envs.TaskEnv
+	if *episodeRootKept {
+		pk, _ := dockertest.NewWith(b, docker.Options{KeepRootMode: true})
+		ek, _, _ = calculatorEnv(b, pk)
+	}
 	task := newAPITask(b, ec)
 	for _, par := range []int{1, 4, 8} {
 		b.Run(fmt.Sprintf("P=%d", par), func(b *testing.B) {
 			ctx := context.Background()
-			var ours, fresh, syncRm, storageUsr, base episodeStats
+			var ours, fresh, syncRm, storageUsr, rootKept, base episodeStats
 			for range b.N {
 				for _, w := range []struct {
 					e  *envs.TaskEnv
 					st *episodeStats
-				}{{e, &ours}, {ef, &fresh}, {es, &syncRm}, {eu, &storageUsr}} {
-					if w.st == &fresh && !*episodeNoZygote || w.st == &syncRm && !*episodeSyncRemove || w.st == &storageUsr && !*episodeStorageUsr {
+				}{{e, &ours}, {ef, &fresh}, {es, &syncRm}, {eu, &storageUsr}, {ek, &rootKept}} {
+					if w.st == &fresh && !*episodeNoZygote || w.st == &syncRm && !*episodeSyncRemove || w.st == &storageUsr && !*episodeStorageUsr ||
+						w.st == &rootKept && !*episodeRootKept {
 						continue
 					}
 					d, err := round(par, func() error {
@@ -381,6 +393,9 @@ func BenchmarkEpisode(b *testing.B) {
 			}
 			if *episodeStorageUsr {
 				storageUsr.report(b, "gymserver_storage_usr")
+			}
+			if *episodeRootKept {
+				rootKept.report(b, "gymserver_root_mode_kept")
 			}
 			base.report(b, "docker_api")
 		})
@@ -611,6 +626,11 @@ func BenchmarkEvaluate(b *testing.B) {
 		ec.SharedUsr = &off
 		ec.ID += "_storage_usr"
 	})
+	// With the zygote and the shared /usr, but "/" with its group bits
+	// (docker.Options.KeepRootMode), as before the executor cleared them.
+	dk, _ := dockertest.NewWith(b, docker.Options{KeepRootMode: true})
+	pk := &timedProvider{Provider: dk}
+	ek, _, _ := calculatorEnv(b, pk)
 	ctx := context.Background()
 	// start resets a session of e and applies the reference up to mark_done.
 	start := func(b *testing.B, e *envs.TaskEnv, p *timedProvider) (gym.Session, *timedSandbox) {
@@ -634,7 +654,7 @@ func BenchmarkEvaluate(b *testing.B) {
 		phases := map[string][]time.Duration{}
 		// cpuPhases: the container's CPU time in each call, by arm.
 		cpuPhases := map[string][]time.Duration{}
-		var total, fresh, storageUsr, base, cpu, freshCPU, ready, readyCPU []time.Duration
+		var total, fresh, storageUsr, rootKept, base, cpu, freshCPU, ready, readyCPU []time.Duration
 		var rss []int64
 		viaZygote := 0
 		// evaluate runs one evaluation on the clock and returns its
@@ -711,6 +731,14 @@ func BenchmarkEvaluate(b *testing.B) {
 			took, _, _ = evaluate(b, s, sb)
 			storageUsr = append(storageUsr, took)
 
+			// With the zygote, "/" as the image has it.
+			s, sb = start(b, ek, pk)
+			if st, err := sb.StartZygote(ctx, true); err != nil || !st.Ready {
+				b.Fatalf("zygote: %+v %v", st, err)
+			}
+			took, _, _ = evaluate(b, s, sb)
+			rootKept = append(rootKept, took)
+
 			// Without the zygote.
 			s, sb = start(b, ef, pf)
 			took, used, calls = evaluate(b, s, sb)
@@ -733,6 +761,7 @@ func BenchmarkEvaluate(b *testing.B) {
 		b.ReportMetric(ms(percentile(total, 50)), "gymserver_eval_p50_ms")
 		b.ReportMetric(ms(percentile(fresh, 50)), "gymserver_no_zygote_eval_p50_ms")
 		b.ReportMetric(ms(percentile(storageUsr, 50)), "gymserver_storage_usr_eval_p50_ms")
+		b.ReportMetric(ms(percentile(rootKept, 50)), "gymserver_root_mode_kept_eval_p50_ms")
 		b.ReportMetric(ms(percentile(base, 50)), "docker_api_eval_p50_ms")
 		b.ReportMetric(ms(percentile(cpu, 50)), "gymserver_eval_cpu_p50_ms")
 		b.ReportMetric(ms(percentile(freshCPU, 50)), "gymserver_no_zygote_eval_cpu_p50_ms")
@@ -745,8 +774,8 @@ func BenchmarkEvaluate(b *testing.B) {
 			b.ReportMetric(ms(percentile(d, 50)), k+"_p50_ms")
 		}
 		printCPUPhases(cpuPhases)
-		fmt.Printf("evaluate calculator_api p50 over %d: with the zygote %.1f ms (container CPU %.1f ms), with it and shared_usr off %.1f ms, without it %.1f ms (CPU %.1f ms), docker API baseline %.1f ms; zygote ready in %.0f ms, %.1f MiB RSS\n",
-			b.N, ms(percentile(total, 50)), ms(percentile(cpu, 50)), ms(percentile(storageUsr, 50)), ms(percentile(fresh, 50)), ms(percentile(freshCPU, 50)),
+		fmt.Printf("evaluate calculator_api p50 over %d: with the zygote %.1f ms (container CPU %.1f ms), with it and shared_usr off %.1f ms, with it and / as the image has it %.1f ms, without it %.1f ms (CPU %.1f ms), docker API baseline %.1f ms; zygote ready in %.0f ms, %.1f MiB RSS\n",
+			b.N, ms(percentile(total, 50)), ms(percentile(cpu, 50)), ms(percentile(storageUsr, 50)), ms(percentile(rootKept, 50)), ms(percentile(fresh, 50)), ms(percentile(freshCPU, 50)),
 			ms(percentile(base, 50)), ms(percentile(ready, 50)), float64(rss[(len(rss)-1)/2])/(1<<20))
 	})
 	b.Run("pytest_phases", func(b *testing.B) {

@@ -127,8 +127,9 @@ func TestContainerHardening(t *testing.T) {
 }
 
 // TestReapDeadOwner checks that a new provider removes the containers of
-// an owner process that is gone and of an expired lease, and leaves alone
-// those of a live owner on another host.
+// an owner process that is gone, of an earlier process with this pid and
+// of an expired lease, and leaves alone those of a live owner on another
+// host and of another open provider of this process.
 func TestReapDeadOwner(t *testing.T) {
 	p, cli := newProvider(t)
 	ctx := t.Context()
@@ -151,13 +152,20 @@ func TestReapDeadOwner(t *testing.T) {
 		return resp.ID
 	}
 	deadOwner := mk(map[string]string{sandbox.LabelOwner: fmt.Sprintf("%s:%d:test", host, dead.Process.Pid)})
+	ourPid := mk(map[string]string{sandbox.LabelOwner: fmt.Sprintf("%s:%d:earlier", host, os.Getpid())})
+	sibling := mk(map[string]string{sandbox.LabelOwner: p.Owner()})
 	expired := mk(map[string]string{sandbox.LabelOwner: "other-host:1:test", sandbox.LabelLease: "1000"})
 	alive := mk(map[string]string{sandbox.LabelOwner: "other-host:1:test",
 		sandbox.LabelLease: strconv.FormatInt(time.Now().Add(time.Hour).Unix(), 10)})
 	if err := p.Reap(ctx); err != nil {
 		t.Fatal(err)
 	}
-	for name, id := range map[string]string{"dead owner": deadOwner, "expired lease": expired} {
+	// A second provider of this process reaps as it starts.
+	p2, _ := newProvider(t)
+	if err := p2.Reap(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for name, id := range map[string]string{"dead owner": deadOwner, "expired lease": expired, "earlier process with our pid": ourPid} {
 		if _, err := cli.ContainerInspect(ctx, id); !errdefs.IsNotFound(err) {
 			t.Errorf("%s: container still there after reap (%v)", name, err)
 		}
@@ -165,13 +173,18 @@ func TestReapDeadOwner(t *testing.T) {
 	if _, err := cli.ContainerInspect(ctx, alive); err != nil {
 		t.Errorf("live owner's container was reaped: %v", err)
 	}
+	if _, err := cli.ContainerInspect(ctx, sibling); err != nil {
+		t.Errorf("the container of another open provider of this process was reaped: %v", err)
+	}
 }
 
 // BenchmarkExecEcho measures `echo hi` through the executor beside a plain
 // Docker API exec (create, attach, inspect) of the same command, alone and
 // as a step runs it (/bin/sh -c "/bin/echo hi"), and as a step with
 // persistent_shell runs it. Ours runs with the shared /usr; the baselines
-// run in a sandbox that reads /usr through the storage driver.
+// run in a sandbox that reads /usr through the storage driver. The
+// _root_mode_kept arm is ours with "/" keeping its group bits
+// (docker.Options.KeepRootMode).
 // Run: go test -run '^$' -bench ExecEcho ./envs/docker/
 func BenchmarkExecEcho(b *testing.B) {
 	p, cli := newProvider(b)
@@ -193,6 +206,14 @@ func BenchmarkExecEcho(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer plain.Close(ctx)
+	// Ours with "/" as the image has it (group bits on), as before the
+	// executor cleared them.
+	kp, _ := dockertest.NewWith(b, docker.Options{KeepRootMode: true})
+	kept, err := kp.Create(ctx, sandbox.Spec{Image: image, WorkDir: "/workspace", ShareUsr: true})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer kept.Close(ctx)
 
 	b.Run("executor", func(b *testing.B) {
 		lat := make([]time.Duration, 0, b.N)
@@ -249,6 +270,7 @@ func BenchmarkExecEcho(b *testing.B) {
 		env  []string
 		line string
 	}{{"step_executor", sb, nil, "/bin/echo hi"}, {"step_executor_via_sh", sb, nil, "/bin/echo hi;"},
+		{"step_executor_root_mode_kept", kept, nil, "/bin/echo hi"},
 		{"step_executor_storage_usr", plain, nil, "/bin/echo hi"}, {"step_executor_storage_usr_via_sh", plain, nil, "/bin/echo hi;"},
 		{"step_executor_locale_files", plain, []string{"LOCPATH=/usr/lib/locale"}, "/bin/echo hi;"}} {
 		b.Run(c.name, func(b *testing.B) {

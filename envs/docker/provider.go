@@ -279,6 +279,7 @@ func New(ctx context.Context, opts Options) (*Provider, error) {
 		}
 	}
 	p.zygoteTurns = make(chan struct{}, max(imports, 1))
+	openOwners.Store(p.owner, true)
 	if err := p.Reap(ctx); err != nil {
 		p.log.Warn("reaping orphaned containers failed", "err", err)
 	}
@@ -286,6 +287,7 @@ func New(ctx context.Context, opts Options) (*Provider, error) {
 	p.keepTouching()
 	if err := p.startJanitor(); err != nil {
 		p.closeClient()
+		openOwners.Delete(p.owner)
 		return nil, err
 	}
 	return p, nil
@@ -384,6 +386,7 @@ func (p *Provider) Close(ctx context.Context) error {
 	errs = append(errs, p.removeSnapshots(rctx, func(owner, _ string) bool { return owner == p.owner }))
 	errs = append(errs, p.stopJanitor())
 	p.closeClient()
+	openOwners.Delete(p.owner)
 	return errors.Join(errs...)
 }
 

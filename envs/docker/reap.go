@@ -8,6 +8,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -119,6 +120,11 @@ func ReapOrphans(ctx context.Context, cli *client.Client, opts ReapOptions) ([]R
 	return out, errors.Join(errs...)
 }
 
+// openOwners holds the owners of this process's providers that are not
+// closed: a second provider on the same engine must not take the first
+// one's containers for an earlier process's.
+var openOwners sync.Map
+
 // reapReason says why a container or image with the given owner and lease
 // labels is to be reaped, or "" if it is not.
 func reapReason(opts ReapOptions, owner, leaseLabel string, now time.Time) string {
@@ -154,7 +160,9 @@ func ownerGone(owner string) bool {
 		return false
 	}
 	if pid == os.Getpid() {
-		return true // an earlier process with our pid
+		// A provider of this process, or an earlier process with our pid.
+		_, open := openOwners.Load(owner)
+		return !open
 	}
 	err = syscall.Kill(pid, 0)
 	return errors.Is(err, syscall.ESRCH)
