@@ -62,6 +62,10 @@ var episodeStorageUsr = flag.Bool("episode.storage-usr", false, "BenchmarkEpisod
 // BenchmarkEpisode.
 var episodeRootKept = flag.Bool("episode.root-mode-kept", false, "BenchmarkEpisode: also run gymserver with / as the image has it")
 
+// episodeWarmPool adds ours with a warm pool of 8 (docker.Options.WarmPool,
+// serve --warm-pool 8) to BenchmarkEpisode.
+var episodeWarmPool = flag.Bool("episode.warm-pool", false, "BenchmarkEpisode: also run gymserver with a warm pool of 8")
+
 // calculatorEnv loads calculator_api on p.
 func calculatorEnv(b *testing.B, p sandbox.Provider) (*envs.TaskEnv, config.Environment, []gym.ToolCall) {
 	return calculatorEnvWith(b, p, nil)
@@ -310,7 +314,10 @@ func (st *episodeStats) report(b *testing.B, way string) {
 // within close (as before), reported as gymserver_sync_remove; with
 // -episode.storage-usr P episodes of ours with shared_usr off, reported as
 // gymserver_storage_usr; with -episode.root-mode-kept P episodes of ours
-// whose "/" keeps its group bits, reported as gymserver_root_mode_kept. Ours
+// whose "/" keeps its group bits, reported as gymserver_root_mode_kept;
+// with -episode.warm-pool P episodes of ours with a warm pool of 8 (the
+// pool refills in the background, on the same CPUs), reported as
+// gymserver_warm_pool. Ours
 // reports the p50 of its close too. The background removals of one way's
 // round may overlap the next way's round: the machine does that work
 // either way, only no longer on the client's clock.
@@ -337,18 +344,27 @@ func BenchmarkEpisode(b *testing.B) {
 		pk, _ := dockertest.NewWith(b, docker.Options{KeepRootMode: true})
 		ek, _, _ = calculatorEnv(b, pk)
 	}
+	var ew *envs.TaskEnv
+	if *episodeWarmPool {
+		pw, _ := dockertest.NewWith(b, docker.Options{WarmPool: 8})
+		ew, _, _ = calculatorEnv(b, pw)
+		// The pool of a Spec fills after its first reset.
+		if _, _, err := episode(context.Background(), ew, calls); err != nil {
+			b.Fatal(err)
+		}
+	}
 	task := newAPITask(b, ec)
 	for _, par := range []int{1, 4, 8} {
 		b.Run(fmt.Sprintf("P=%d", par), func(b *testing.B) {
 			ctx := context.Background()
-			var ours, fresh, syncRm, storageUsr, rootKept, base episodeStats
+			var ours, fresh, syncRm, storageUsr, rootKept, pooled, base episodeStats
 			for range b.N {
 				for _, w := range []struct {
 					e  *envs.TaskEnv
 					st *episodeStats
-				}{{e, &ours}, {ef, &fresh}, {es, &syncRm}, {eu, &storageUsr}, {ek, &rootKept}} {
+				}{{e, &ours}, {ef, &fresh}, {es, &syncRm}, {eu, &storageUsr}, {ek, &rootKept}, {ew, &pooled}} {
 					if w.st == &fresh && !*episodeNoZygote || w.st == &syncRm && !*episodeSyncRemove || w.st == &storageUsr && !*episodeStorageUsr ||
-						w.st == &rootKept && !*episodeRootKept {
+						w.st == &rootKept && !*episodeRootKept || w.st == &pooled && !*episodeWarmPool {
 						continue
 					}
 					d, err := round(par, func() error {
@@ -396,6 +412,9 @@ func BenchmarkEpisode(b *testing.B) {
 			}
 			if *episodeRootKept {
 				rootKept.report(b, "gymserver_root_mode_kept")
+			}
+			if *episodeWarmPool {
+				pooled.report(b, "gymserver_warm_pool")
 			}
 			base.report(b, "docker_api")
 		})
