@@ -123,11 +123,18 @@ func (p *Provider) fill(key string, spec sandbox.Spec) {
 	spec = poolSpec(spec)
 	s, err := p.create(p.bgCtx, spec)
 	if err == nil {
+		s.poolKey = key
 		// List the agent's places while no agent has used the image's
 		// sandboxes, so that the first snapshot need not.
 		p.mu.Lock()
 		_, known := p.roots[spec.Image]
+		zygote := p.zygotePools[key]
 		p.mu.Unlock()
+		if zygote {
+			// The session it serves finds its verifier zygote imported
+			// (in its turn, as any zygote).
+			_, _ = s.StartZygote(p.bgCtx, false)
+		}
 		if !known {
 			if _, rerr := s.roots(p.bgCtx); rerr != nil {
 				p.log.Debug("warm pool: list the agent's places", "err", rerr)

@@ -201,3 +201,65 @@ func TestCreatedPool(t *testing.T) {
 	}
 	waitCreated(t, p, spec, 1) // refilled
 }
+
+// TestWarmPoolZygote checks that the sandboxes of a warm pool whose
+// sessions start verifier zygotes start theirs as they join the pool, so
+// that a session served from it finds its zygote imported; and that a
+// pool whose sessions never asked for one starts none.
+func TestWarmPoolZygote(t *testing.T) {
+	p, _ := dockertest.NewWith(t, docker.Options{WarmPool: 1})
+	ctx := t.Context()
+	image, err := p.Prepare(ctx, sandbox.ImageSpec{BaseImage: baseimage.Python, WorkDir: "/workspace"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	create := func(spec sandbox.Spec) sandbox.Sandbox {
+		t.Helper()
+		sb, err := p.Create(ctx, spec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { sb.Close(context.Background()) })
+		return sb
+	}
+	withZygote := sandbox.Spec{Image: image, WorkDir: "/workspace", ShareUsr: true}
+	first := create(withZygote)
+	if _, err := first.(sandbox.ZygoteStarter).StartZygote(ctx, false); err != nil {
+		t.Fatal(err)
+	}
+	waitPooled(t, p, withZygote, 1)
+	// The pooled sandbox's zygote imports in its turn: wait for it.
+	waittest.For(t, "the pooled sandbox's zygote", time.Minute, func() bool {
+		sb := create(withZygote)
+		if zygoteProcess(t, sb) {
+			return true
+		}
+		waitPooled(t, p, withZygote, 1)
+		return false
+	})
+	// Served from the pool with its zygote ready: asking again starts no
+	// second one, and the status says it is ready at once.
+	waitPooled(t, p, withZygote, 1)
+	waittest.For(t, "a pooled sandbox with a ready zygote", time.Minute, func() bool {
+		sb := create(withZygote)
+		if !zygoteProcess(t, sb) {
+			waitPooled(t, p, withZygote, 1)
+			return false
+		}
+		t0 := time.Now()
+		st, err := sb.(sandbox.ZygoteStarter).StartZygote(ctx, true)
+		if err != nil || !st.Ready {
+			t.Fatalf("zygote: %+v %v", st, err)
+		}
+		return time.Since(t0) < 50*time.Millisecond
+	})
+
+	// Another pool (other limits), whose sessions never start a zygote.
+	without := sandbox.Spec{Image: image, WorkDir: "/workspace", ShareUsr: true, Resources: sandbox.Resources{PIDs: 200}}
+	create(without)
+	waitPooled(t, p, without, 1)
+	time.Sleep(time.Second) // a zygote would have been queued by now
+	if sb := create(without); zygoteProcess(t, sb) {
+		t.Error("a pooled sandbox of a pool without zygotes runs one")
+	}
+}

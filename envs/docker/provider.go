@@ -169,6 +169,10 @@ type Provider struct {
 	// flight for each key.
 	pool    map[string][]*Sandbox
 	filling map[string]int
+	// zygotePools are the pool keys whose sessions start verifier zygotes:
+	// their pooled sandboxes start one as they join the pool (see
+	// Sandbox.StartZygote).
+	zygotePools map[string]bool
 	// created holds containers created, not started, by poolKey (see
 	// Options.CreatedPool); creating counts the creates in flight.
 	created  map[string][]*Sandbox
@@ -226,24 +230,25 @@ func New(ctx context.Context, opts Options) (*Provider, error) {
 	}
 	sum := sha256.Sum256(bin)
 	p := &Provider{
-		cli:       opts.Client,
-		opts:      opts,
-		owner:     opts.Owner,
-		log:       opts.Logger,
-		execHash:  hex.EncodeToString(sum[:]),
-		live:      map[string]*Sandbox{},
-		building:  map[string]chan struct{}{},
-		pool:      map[string][]*Sandbox{},
-		filling:   map[string]int{},
-		created:   map[string][]*Sandbox{},
-		creating:  map[string]int{},
-		snapshots: map[string]bool{},
-		dropped:   map[string]bool{},
-		bounds:    execBounds{grace: execGrace, alive: aliveEvery},
-		roots:     map[string][]executor.Root{},
-		usr:       map[string]*usrShare{},
-		usrBase:   map[string]string{},
-		rm:        removal{done: make(chan struct{}), workers: make(chan struct{}, removeWorkers), max: maxPendingRemovals},
+		cli:         opts.Client,
+		opts:        opts,
+		owner:       opts.Owner,
+		log:         opts.Logger,
+		execHash:    hex.EncodeToString(sum[:]),
+		live:        map[string]*Sandbox{},
+		building:    map[string]chan struct{}{},
+		pool:        map[string][]*Sandbox{},
+		filling:     map[string]int{},
+		zygotePools: map[string]bool{},
+		created:     map[string][]*Sandbox{},
+		creating:    map[string]int{},
+		snapshots:   map[string]bool{},
+		dropped:     map[string]bool{},
+		bounds:      execBounds{grace: execGrace, alive: aliveEvery},
+		roots:       map[string][]executor.Root{},
+		usr:         map[string]*usrShare{},
+		usrBase:     map[string]string{},
+		rm:          removal{done: make(chan struct{}), workers: make(chan struct{}, removeWorkers), max: maxPendingRemovals},
 	}
 	p.bgCtx, p.bgCancel = context.WithCancel(context.Background())
 	if p.log == nil {

@@ -48,6 +48,9 @@ type Sandbox struct {
 	copied chan struct{}
 	// phases is how long each step of the container's start took.
 	phases startPhases
+	// poolKey is the warm pool it belongs to (see Options.WarmPool), or
+	// "" when the provider keeps none for it.
+	poolKey string
 
 	closeOnce sync.Once
 	// zygote is where the verifier zygote's start is: zygoteNone,
@@ -89,14 +92,21 @@ func (p *Provider) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sandb
 	// Whether or not this call is served from the pool, the pool is
 	// topped up for the next one.
 	defer p.refill(key, spec)
+	cold := func() (sandbox.Sandbox, error) {
+		s, err := p.create(ctx, spec)
+		if err == nil {
+			s.poolKey = key
+		}
+		return count.cold(s, err)
+	}
 	if !inWorkDir(spec.WorkDir, spec.Files) {
 		// The agent cannot write there: the files go in before start.
-		return count.cold(p.create(ctx, spec))
+		return cold()
 	}
 	for {
 		s := p.takePooled(key)
 		if s == nil {
-			return count.cold(p.create(ctx, spec))
+			return cold()
 		}
 		err := s.writeStarter(ctx, spec.WorkDir, spec.Files)
 		if err == nil {
@@ -545,6 +555,10 @@ func (s *Sandbox) StartZygote(ctx context.Context, wait bool) (sandbox.ZygoteSta
 	p := s.p
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if s.poolKey != "" {
+		// The next sandboxes of its pool will want one too.
+		p.zygotePools[s.poolKey] = true
+	}
 	if !p.closed {
 		p.bg.Add(1)
 		go s.zygoteInTurn()
