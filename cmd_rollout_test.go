@@ -284,9 +284,10 @@ func TestRolloutBinary(t *testing.T) {
 	checkOracleOutputs(t, out, 1)
 }
 
-// TestRolloutCreatedPool runs the binary with --created-pool: the second
-// episode's sandbox comes from a container created ahead, and the
-// containers created and never started are gone when the run ends.
+// TestRolloutCreatedPool runs the binary with --created-pool: a later
+// episode's sandbox comes from a container created ahead (three episodes
+// one at a time: the pool refills while each runs), and the containers
+// created and never started are gone when the run ends.
 func TestRolloutCreatedPool(t *testing.T) {
 	if testing.Short() {
 		t.Skip("needs Docker")
@@ -295,14 +296,14 @@ func TestRolloutCreatedPool(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, validateBinary(t), "rollout", calculatorConfig, "--policy", "oracle", "--output", out, "--quiet",
-		"--episodes", "2", "--parallel", "1", "--created-pool", "1", "--log-level", "DEBUG")
+		"--episodes", "3", "--parallel", "1", "--created-pool", "1", "--log-level", "DEBUG")
 	cmd.Env = append(os.Environ(), "OPENROUTER_API_KEY=", "OPENAI_API_KEY=")
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	if err := cmd.Run(); err != nil {
 		t.Fatalf("%v\nstderr:\n%s", err, stderr.String())
 	}
-	checkOracleOutputs(t, out, 2)
+	checkOracleOutputs(t, out, 3)
 	if !strings.Contains(stderr.String(), "sandbox from the created pool") {
 		t.Errorf("no sandbox came from the created pool; stderr:\n%s", stderr.String())
 	}
