@@ -193,11 +193,13 @@ func BenchmarkFork8(b *testing.B) {
 		b.StopTimer()
 		rec.waitFull(b, n)
 		waitRemoved(b, warmP, coldP) // the last round's closed sandboxes
+		waitZygotes(b, warmP)
 		b.StartTimer()
 		warmLat = append(warmLat, forkN(b, warm, snapWarm.ID, n))
 		b.StopTimer()
 		rec.waitFull(b, n) // no refill competes with what follows
 		waitRemoved(b, warmP, coldP)
+		waitZygotes(b, warmP) // nor the refilled sandboxes' zygotes
 		b.StartTimer()
 		coldLat = append(coldLat, forkN(b, cold, snapCold.ID, n))
 		commitLat = append(commitLat, forkN(b, commit, snapCommit.ID, n))
@@ -207,6 +209,13 @@ func BenchmarkFork8(b *testing.B) {
 	b.ReportMetric(p50(coldLat), "no_pool_p50_ms")
 	b.ReportMetric(p50(commitLat), "commit_fork_p50_ms")
 	b.ReportMetric(p50(resetLat), "cold_resets_p50_ms")
+}
+
+// waitZygotes waits until no verifier zygote of p is queued or
+// importing (a warm pool's sandboxes start theirs as they join it).
+func waitZygotes(b *testing.B, p *docker.Provider) {
+	b.Helper()
+	waittest.For(b, "the zygotes to be imported", time.Minute, func() bool { return p.ZygotesPending() == 0 })
 }
 
 // waitRemoved waits until the providers have removed every container of

@@ -12,6 +12,7 @@ import (
 	"os"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/docker/docker/api/types/container"
@@ -196,6 +197,8 @@ type Provider struct {
 	// zygoteTurns holds a token for each verifier zygote importing now
 	// (see Options.ZygoteImports).
 	zygoteTurns chan struct{}
+	// zygotesPending counts the zygotes queued for a turn or importing.
+	zygotesPending atomic.Int64
 	// quota is whether the storage driver takes a size per container.
 	quota bool
 
@@ -297,6 +300,11 @@ func New(ctx context.Context, opts Options) (*Provider, error) {
 	}
 	return p, nil
 }
+
+// ZygotesPending returns how many verifier zygotes started without
+// waiting are queued for their turn or importing (see
+// Options.ZygoteImports).
+func (p *Provider) ZygotesPending() int { return int(p.zygotesPending.Load()) }
 
 // Owner returns the provider's owner id, the value of its containers'
 // gymserver.owner label.

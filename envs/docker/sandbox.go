@@ -561,6 +561,7 @@ func (s *Sandbox) StartZygote(ctx context.Context, wait bool) (sandbox.ZygoteSta
 	}
 	if !p.closed {
 		p.bg.Add(1)
+		p.zygotesPending.Add(1)
 		go s.zygoteInTurn()
 	}
 	return sandbox.ZygoteStatus{}, nil
@@ -575,6 +576,7 @@ const zygoteTurnBound = time.Minute
 func (s *Sandbox) zygoteInTurn() {
 	p := s.p
 	defer p.bg.Done()
+	defer p.zygotesPending.Add(-1)
 	select {
 	case p.zygoteTurns <- struct{}{}:
 	case <-s.copied: // the sandbox's stream ended: it is closed

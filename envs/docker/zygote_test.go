@@ -333,6 +333,9 @@ func TestZygoteTurns(t *testing.T) {
 			t.Errorf("sandbox %d started its zygote while the only turn was taken", i)
 		}
 	}
+	if n := p.ZygotesPending(); n != 3 {
+		t.Errorf("%d zygotes pending while the turn is held, want 3", n)
+	}
 	r, err := boxes[2].Exec(ctx, sandbox.ExecRequest{Argv: []string{"/bin/sh", "-c", "python3 -m pytest --version"}, Zygote: true, Timeout: time.Minute})
 	if err != nil || r.ExitCode != 0 || r.ViaZygote || r.ZygoteMiss == "" {
 		t.Errorf("a pytest command before the zygote's turn: %+v %v", r, err)
@@ -353,4 +356,5 @@ func TestZygoteTurns(t *testing.T) {
 			break
 		}
 	}
+	waittest.For(t, "no zygote pending", time.Minute, func() bool { return p.ZygotesPending() == 0 })
 }
