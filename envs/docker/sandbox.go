@@ -544,7 +544,9 @@ func (s *Sandbox) Remove(ctx context.Context, p string) error {
 // sandbox.ZygoteStarter. Without wait it returns at once, and the zygote
 // starts when its turn comes: at most Options.ZygoteImports zygotes of the
 // provider import at once. Until then an evaluation runs its tests the
-// usual way.
+// usual way. Started without wait in a sandbox of a warm pool, it also
+// makes every sandbox that joins that pool later start its own zygote as
+// it joins.
 func (s *Sandbox) StartZygote(ctx context.Context, wait bool) (sandbox.ZygoteStatus, error) {
 	if wait {
 		return s.startZygote(ctx)
