@@ -66,13 +66,17 @@ var episodeRootKept = flag.Bool("episode.root-mode-kept", false, "BenchmarkEpiso
 // serve --warm-pool 8) to BenchmarkEpisode.
 var episodeWarmPool = flag.Bool("episode.warm-pool", false, "BenchmarkEpisode: also run gymserver with a warm pool of 8")
 
+// episodeReuse adds episodes of ours that recycle their sandboxes (gymserver
+// serve --reuse 8) to BenchmarkEpisode.
+var episodeReuse = flag.Bool("episode.reuse", false, "BenchmarkEpisode: also run gymserver recycling sandboxes (reuse 8)")
+
 // calculatorEnv loads calculator_api on p.
-func calculatorEnv(b *testing.B, p sandbox.Provider) (*envs.TaskEnv, config.Environment, []gym.ToolCall) {
+func calculatorEnv(b testing.TB, p sandbox.Provider) (*envs.TaskEnv, config.Environment, []gym.ToolCall) {
 	return calculatorEnvWith(b, p, nil)
 }
 
 // calculatorEnvWith loads calculator_api on p, its config changed by edit.
-func calculatorEnvWith(b *testing.B, p sandbox.Provider, edit func(*config.Environment)) (*envs.TaskEnv, config.Environment, []gym.ToolCall) {
+func calculatorEnvWith(b testing.TB, p sandbox.Provider, edit func(*config.Environment)) (*envs.TaskEnv, config.Environment, []gym.ToolCall) {
 	b.Helper()
 	cfg, err := config.Load(filepath.Join("..", "examples", "calculator_api", "config.json"))
 	if err != nil {
@@ -317,8 +321,10 @@ func (st *episodeStats) report(b *testing.B, way string) {
 // whose "/" keeps its group bits, reported as gymserver_root_mode_kept;
 // with -episode.warm-pool P episodes of ours with a warm pool of 8 (the
 // pool refills in the background, on the same CPUs), reported as
-// gymserver_warm_pool. Ours
-// reports the p50 of its close too. The background removals of one way's
+// gymserver_warm_pool; with -episode.reuse P episodes of ours that recycle
+// their sandboxes (Options.Reuse 8), after 8 episodes off the clock that
+// fill its pool (the steady state of a long run), reported as
+// gymserver_reuse. Ours reports the p50 of its close too. The background removals of one way's
 // round may overlap the next way's round: the machine does that work
 // either way, only no longer on the client's clock.
 func BenchmarkEpisode(b *testing.B) {
@@ -353,18 +359,29 @@ func BenchmarkEpisode(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+	var er *envs.TaskEnv
+	if *episodeReuse {
+		pr, _ := dockertest.NewWith(b, docker.Options{Reuse: 8})
+		er, _, _ = calculatorEnv(b, pr)
+		if _, err := round(8, func() error {
+			_, _, err := episode(context.Background(), er, calls)
+			return err
+		}); err != nil {
+			b.Fatal(err)
+		}
+	}
 	task := newAPITask(b, ec)
 	for _, par := range []int{1, 4, 8} {
 		b.Run(fmt.Sprintf("P=%d", par), func(b *testing.B) {
 			ctx := context.Background()
-			var ours, fresh, syncRm, storageUsr, rootKept, pooled, base episodeStats
+			var ours, fresh, syncRm, storageUsr, rootKept, pooled, reused, base episodeStats
 			for range b.N {
 				for _, w := range []struct {
 					e  *envs.TaskEnv
 					st *episodeStats
-				}{{e, &ours}, {ef, &fresh}, {es, &syncRm}, {eu, &storageUsr}, {ek, &rootKept}, {ew, &pooled}} {
+				}{{e, &ours}, {ef, &fresh}, {es, &syncRm}, {eu, &storageUsr}, {ek, &rootKept}, {ew, &pooled}, {er, &reused}} {
 					if w.st == &fresh && !*episodeNoZygote || w.st == &syncRm && !*episodeSyncRemove || w.st == &storageUsr && !*episodeStorageUsr ||
-						w.st == &rootKept && !*episodeRootKept || w.st == &pooled && !*episodeWarmPool {
+						w.st == &rootKept && !*episodeRootKept || w.st == &pooled && !*episodeWarmPool || w.st == &reused && !*episodeReuse {
 						continue
 					}
 					d, err := round(par, func() error {
@@ -415,6 +432,9 @@ func BenchmarkEpisode(b *testing.B) {
 			}
 			if *episodeWarmPool {
 				pooled.report(b, "gymserver_warm_pool")
+			}
+			if *episodeReuse {
+				reused.report(b, "gymserver_reuse")
 			}
 			base.report(b, "docker_api")
 		})

@@ -68,7 +68,7 @@ func (p *Provider) takePooled(key string) *Sandbox {
 		select {
 		case <-s.exec.Done():
 		default:
-			if time.Since(s.made) < p.maxPoolAge() {
+			if time.Since(s.born) < p.maxPoolAge() {
 				p.log.Debug("sandbox from the warm pool", "container", shortID(s.id))
 				return s
 			}
@@ -124,6 +124,9 @@ func (p *Provider) fill(key string, spec sandbox.Spec) {
 	s, err := p.create(p.bgCtx, spec)
 	if err == nil {
 		s.poolKey = key
+		if p.opts.Reuse > 0 {
+			s.takePristine(p.bgCtx)
+		}
 		// List the agent's places while no agent has used the image's
 		// sandboxes, so that the first snapshot need not.
 		p.mu.Lock()
@@ -187,7 +190,7 @@ func (p *Provider) takeCreated(key string) *Sandbox {
 		}
 		s := list[0]
 		p.created[key] = list[1:]
-		if time.Since(s.made) < p.maxPoolAge() {
+		if time.Since(s.born) < p.maxPoolAge() {
 			p.mu.Unlock()
 			return s
 		}
@@ -262,6 +265,9 @@ type poolCount struct {
 	envs     map[string]bool
 	fromPool atomic.Int64
 	coldN    atomic.Int64
+	// recycled and notRecycled count the outcomes of recycles (see
+	// Options.Reuse).
+	recycled, notRecycled atomic.Int64
 }
 
 // cold counts s, started for the request, when err is nil, and returns
@@ -307,6 +313,7 @@ func (p *Provider) PoolStats() sandbox.PoolStats {
 			PoolCounts: sandbox.PoolCounts{
 				Target: p.opts.WarmPool, Ready: len(p.pool[key]), Starting: p.filling[key], Created: len(p.created[key]),
 				FromPool: c.fromPool.Load(), Cold: c.coldN.Load(),
+				Recycled: c.recycled.Load(), NotRecycled: c.notRecycled.Load(),
 			},
 		})
 	}

@@ -92,6 +92,18 @@ type Options struct {
 	// no memory. They are removed on Close; if the provider dies they
 	// stay, stopped, until the janitor or a Reap removes them.
 	CreatedPool int
+	// Reuse is the number of closed sandboxes kept, recycled, for each
+	// distinct Spec (0: none): a sandbox whose session closes is put back
+	// as it started (see executor.Client.Recycle: its processes killed,
+	// the places the agent can write restored byte for byte, the hidden
+	// tests removed) and serves a later Create, as a warm pool's would,
+	// without the engine's stop, remove, create and start. A sandbox
+	// that cannot be shown clean (a Priv exec ran in it, the agent can
+	// write a mount recycling cannot put back, its places hold more than
+	// 16 MiB, or the restore does not match) is removed as usual. A
+	// recycled container keeps the gymserver.session label of the first
+	// session it served; labels cannot change.
+	Reuse int
 	// OrphanAfter is how long a container that prepares an image lives
 	// without an attached executor (default 2 minutes; negative:
 	// forever). A sandbox needs no such bound: its executor is its main
@@ -170,6 +182,9 @@ type Provider struct {
 	// flight for each key.
 	pool    map[string][]*Sandbox
 	filling map[string]int
+	// recycling counts the recycles in flight for each key (see
+	// Options.Reuse).
+	recycling map[string]int
 	// zygotePools are the pool keys whose sessions start verifier zygotes:
 	// their pooled sandboxes start one as they join the pool (see
 	// Sandbox.StartZygote).
@@ -242,6 +257,7 @@ func New(ctx context.Context, opts Options) (*Provider, error) {
 		building:    map[string]chan struct{}{},
 		pool:        map[string][]*Sandbox{},
 		filling:     map[string]int{},
+		recycling:   map[string]int{},
 		zygotePools: map[string]bool{},
 		created:     map[string][]*Sandbox{},
 		creating:    map[string]int{},

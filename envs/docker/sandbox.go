@@ -34,8 +34,10 @@ type Sandbox struct {
 	// session is the id of its session, minted at its start and on its
 	// gymserver.session label.
 	session string
-	// made is when the container was created.
-	made time.Time
+	// made is when the container was created, or recycled (see
+	// Options.Reuse): what changed after it is the session's. born is when
+	// the container was created.
+	made, born time.Time
 	// image is the image the container runs; files are the paths of the
 	// task files put into it (see Spec.Files); workdir is its working
 	// directory.
@@ -51,6 +53,17 @@ type Sandbox struct {
 	// poolKey is the warm pool it belongs to (see Options.WarmPool), or
 	// "" when the provider keeps none for it.
 	poolKey string
+
+	// pristine says the executor keeps the sandbox's state as it started,
+	// so that Close may recycle it (see Options.Reuse).
+	pristine bool
+
+	// gate is held, shared, by every call to the executor or the engine
+	// on the session's behalf; retired is set when Close begins. A call
+	// after it fails, and Close takes gate whole before it recycles the
+	// container, so that no call of a closed session reaches the next.
+	gate    sync.RWMutex
+	retired atomic.Bool
 
 	closeOnce sync.Once
 	// zygote is where the verifier zygote's start is: zygoteNone,
@@ -80,10 +93,11 @@ type startPhases struct {
 }
 
 // Create returns a sandbox for spec: a ready one from the warm pool when
-// Options.WarmPool is set and one is waiting, else a container started
-// now. On failure nothing is left behind.
+// Options.WarmPool or Options.Reuse is set and one is waiting (fresh or
+// recycled), else a container started now. On failure nothing is left
+// behind.
 func (p *Provider) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sandbox, error) {
-	if p.opts.WarmPool <= 0 || p.isSnapshot(spec.Image) {
+	if (p.opts.WarmPool <= 0 && p.opts.Reuse <= 0) || p.isSnapshot(spec.Image) {
 		// Forks of a snapshot are one-offs: no pool for them.
 		return p.create(ctx, spec)
 	}
@@ -100,11 +114,31 @@ func (p *Provider) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sandb
 		return count.cold(s, err)
 	}
 	if !inWorkDir(spec.WorkDir, spec.Files) {
-		// The agent cannot write there: the files go in before start.
+		// The agent cannot write there: the files go in before start
+		// (and the sandbox is not recycled).
 		return cold()
 	}
 	for {
 		s := p.takePooled(key)
+		if s == nil && p.opts.Reuse > 0 {
+			// Started bare and recorded as it started, so that it can
+			// be recycled; then its files go in as a pooled one's.
+			bare := spec
+			bare.Files = nil
+			s, err := p.create(ctx, bare)
+			if err != nil {
+				return nil, err
+			}
+			s.poolKey = key
+			s.takePristine(ctx)
+			count.coldN.Add(1)
+			if err := s.writeStarter(ctx, spec.WorkDir, spec.Files); err != nil {
+				_ = s.Close(context.WithoutCancel(ctx))
+				return nil, err
+			}
+			s.files = filePaths(spec.Files)
+			return s, nil
+		}
 		if s == nil {
 			return cold()
 		}
@@ -292,7 +326,8 @@ func (p *Provider) makeContainer(ctx context.Context, spec sandbox.Spec) (*Sandb
 	if err != nil {
 		return nil, gym.Classify(fmt.Errorf("docker: create container from %s: %w", spec.Image, err), gym.ClassSandbox)
 	}
-	s := &Sandbox{p: p, id: created.ID, session: session, made: time.Now(), image: spec.Image, workdir: workdir}
+	now := time.Now()
+	s := &Sandbox{p: p, id: created.ID, session: session, made: now, born: now, image: spec.Image, workdir: workdir}
 	s.phases.create = time.Since(t0)
 	p.mu.Lock()
 	p.live[s.id] = s
@@ -428,6 +463,10 @@ const (
 // bounded runs call under a deadline of d (none when d is 0) and turns an
 // expiry of that deadline, not of ctx, into a sandbox error.
 func (s *Sandbox) bounded(ctx context.Context, what string, d time.Duration, call func(context.Context) error) error {
+	if err := s.enter(what); err != nil {
+		return err
+	}
+	defer s.gate.RUnlock()
 	if d <= 0 {
 		return s.diagnose(call(ctx))
 	}
@@ -467,6 +506,10 @@ func (s *Sandbox) Exec(ctx context.Context, req sandbox.ExecRequest) (r sandbox.
 // ctx allows: meanwhile a watcher pings the executor, and a ping without
 // an answer in time ends the call with a sandbox error.
 func (s *Sandbox) execWatched(ctx context.Context, req sandbox.ExecRequest) (sandbox.ExecResult, error) {
+	if err := s.enter("exec"); err != nil {
+		return sandbox.ExecResult{}, err
+	}
+	defer s.gate.RUnlock()
 	wctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	watched := make(chan struct{})
@@ -632,21 +675,30 @@ func (s *Sandbox) CopyIn(ctx context.Context, files []sandbox.File) error {
 // Close is idempotent and works on a half-created sandbox.
 func (s *Sandbox) Close(ctx context.Context) error {
 	s.closeOnce.Do(func() {
-		if s.exec != nil {
-			s.exec.Close()
-		} else if s.conn.Conn != nil {
-			s.conn.Close()
-		}
-		if s.p.opts.SyncRemove {
-			s.p.mu.Lock()
-			s.p.rm.pending++
-			s.p.mu.Unlock()
-			s.p.removeSandbox(s)
+		s.retired.Store(true)
+		if s.p.startRecycle(s) {
 			return
 		}
-		s.p.startRemoval(s)
+		s.p.dispose(s)
 	})
 	return nil
+}
+
+// dispose stops s's executor and has its container removed (see Close).
+func (p *Provider) dispose(s *Sandbox) {
+	if s.exec != nil {
+		s.exec.Close()
+	} else if s.conn.Conn != nil {
+		s.conn.Close()
+	}
+	if p.opts.SyncRemove {
+		p.mu.Lock()
+		p.rm.pending++
+		p.mu.Unlock()
+		p.removeSandbox(s)
+		return
+	}
+	p.startRemoval(s)
 }
 
 // envList turns a map into sorted KEY=VALUE entries.

@@ -32,6 +32,10 @@ var (
 // container's user, working directory, environment and command, so
 // Create starts sandboxes from it like from a prepared image.
 func (s *Sandbox) Commit(ctx context.Context) (string, error) {
+	if err := s.enter("commit"); err != nil {
+		return "", err
+	}
+	defer s.gate.RUnlock()
 	var b [12]byte
 	_, _ = rand.Read(b[:])
 	ref := snapshotRepo + ":" + hex.EncodeToString(b[:])

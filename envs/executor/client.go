@@ -396,6 +396,31 @@ func (c *Client) Roots(ctx context.Context) ([]Root, error) {
 	return resp.Roots, respErr("roots", "", resp)
 }
 
+// Pristine records what the agent's places (roots; the executor lists them
+// when roots is empty) hold, before any command of the agent ran, so that
+// Recycle can put it back. It returns the size of what it keeps. An error
+// means the sandbox cannot be recycled.
+func (c *Client) Pristine(ctx context.Context, roots []Root) (int64, error) {
+	resp, err := c.call(ctx, request{Op: opPristine, Roots: roots})
+	if err != nil {
+		return 0, err
+	}
+	return resp.Size, respErr("pristine", "", resp)
+}
+
+// Recycle makes the sandbox as it was when Pristine ran, for another
+// episode: no process of the agent, the agent's places as they were, no
+// file that an install op added, no System V IPC object, an empty /dev/shm
+// and /dev/mqueue. The verifier zygote, if any, stays. An error means the
+// sandbox must not serve again; see recycle.go for what it refuses.
+func (c *Client) Recycle(ctx context.Context) error {
+	resp, err := c.call(ctx, request{Op: opRecycle})
+	if err != nil {
+		return err
+	}
+	return respErr("recycle", "", resp)
+}
+
 // Capture takes what is in roots as a tar archive of at most maxBytes,
 // read as the agent, and leaves it in the executor: it returns the
 // archive's size and the id Fetch takes. A non-zero since makes a delta

@@ -21,9 +21,11 @@ func (s *server) install(files []installFile) error {
 		if !filepath.IsAbs(p) || p == "/" {
 			return &kindError{kindInvalid, fmt.Sprintf("install %q: want an absolute file path", f.Path)}
 		}
+		s.noteRemove(p)
 		if err := os.RemoveAll(p); err != nil {
 			return fmt.Errorf("install %s: %w", p, err)
 		}
+		s.noteInstall(p)
 		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
 			return fmt.Errorf("install %s: %w", p, err)
 		}

@@ -29,6 +29,10 @@ const (
 	opRestore = "restore"
 	opFetch   = "fetch"
 	opZygote  = "zygote"
+	// opPristine records the agent's places as the sandbox started, and
+	// opRecycle puts them back for another episode (see recycle.go).
+	opPristine = "pristine"
+	opRecycle  = "recycle"
 )
 
 // Error kinds carried on the wire; the client maps them to sandbox errors.
@@ -43,6 +47,8 @@ const (
 	// and sandbox.ErrInvalidArchive.
 	kindNotArchivable  = "not_archivable"
 	kindInvalidArchive = "invalid_archive"
+	// kindNotRecyclable says a sandbox cannot serve another episode.
+	kindNotRecyclable = "not_recyclable"
 )
 
 // request is one frame from the client.

@@ -18,6 +18,7 @@ import (
 	"sort"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -139,6 +140,19 @@ type server struct {
 	oom oomCounter
 	// zygote is the verifier zygote, once a zygote op started it.
 	zygote *zygote
+
+	// pristine is the agent's places as the sandbox started, once a
+	// pristine op took them; tainted says why the sandbox can no longer
+	// be recycled; installed are the files install ops put outside the
+	// agent's places, and madeDirs the directories they made there, for
+	// a recycle to remove (see recycle.go).
+	pristine  *pristine
+	tainted   string
+	installed []string
+	madeDirs  []string
+
+	// inFlight counts the requests being handled.
+	inFlight atomic.Int64
 }
 
 // Serve answers requests read from r, writing responses to w, until r ends
@@ -168,8 +182,10 @@ func Serve(ctx context.Context, r io.Reader, w io.Writer, opts Options) error {
 			return nil
 		}
 		wg.Add(1)
+		s.inFlight.Add(1)
 		go func() {
 			defer wg.Done()
+			defer s.inFlight.Add(-1)
 			s.reply(s.handle(ctx, req))
 		}()
 	}
@@ -188,6 +204,9 @@ func (s *server) reply(resp response) {
 }
 
 func (s *server) handle(ctx context.Context, req request) response {
+	if req.Priv && (req.Op == opExec || req.Op == opWrite) {
+		s.taint("a %s ran with the machinery's rights", req.Op)
+	}
 	switch req.Op {
 	case opPing:
 		return response{ID: req.ID}
@@ -229,7 +248,9 @@ func (s *server) handle(ctx context.Context, req request) response {
 		if req.Path == "" {
 			return response{ID: req.ID, ErrKind: kindInvalid, Err: "remove: empty path"}
 		}
-		return errResponse(req.ID, os.RemoveAll(s.abs(req.Path)))
+		p := s.abs(req.Path)
+		s.noteRemove(p)
+		return errResponse(req.ID, os.RemoveAll(p))
 	case opKillAll:
 		return errResponse(req.ID, s.killAll())
 	case opZygote:
@@ -268,6 +289,13 @@ func (s *server) handle(ctx context.Context, req request) response {
 			return response{ID: req.ID, ErrKind: kindNotExist, Err: fmt.Sprintf("fetch: no archive held for request %d", req.Target)}
 		}
 		return response{ID: req.ID, Data: data}
+	case opPristine:
+		size, err := s.takePristine(req.Roots)
+		resp := errResponse(req.ID, err)
+		resp.Size = size
+		return resp
+	case opRecycle:
+		return errResponse(req.ID, s.recycle())
 	case opRestore:
 		// As the agent: nothing is restored that it could not write.
 		return errResponse(req.ID, asAgent(s.opts.Agent, func() error { return s.restore(req.Roots, req.Data) }))

@@ -42,6 +42,11 @@ type PoolCounts struct {
 	// those started for the request, since the provider opened.
 	FromPool int64 `json:"from_pool"`
 	Cold     int64 `json:"cold"`
+	// Recycled counts the closed sandboxes put back into the pool for
+	// another session, NotRecycled those that could not be (see
+	// docker.Options.Reuse).
+	Recycled    int64 `json:"recycled"`
+	NotRecycled int64 `json:"not_recycled"`
 }
 
 // Add adds the numbers of o to c.
@@ -52,4 +57,6 @@ func (c *PoolCounts) Add(o PoolCounts) {
 	c.Created += o.Created
 	c.FromPool += o.FromPool
 	c.Cold += o.Cold
+	c.Recycled += o.Recycled
+	c.NotRecycled += o.NotRecycled
 }

@@ -1,0 +1,147 @@
+package docker
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/gymserver/gymserver/envs/sandbox"
+	"github.com/gymserver/gymserver/gym"
+)
+
+// Bounds of a recycle (see Options.Reuse).
+const (
+	// recycleBound bounds the executor's part.
+	recycleBound = 15 * time.Second
+	// drainBound bounds the wait for the closed session's calls to end
+	// once its processes are killed.
+	drainBound = 5 * time.Second
+)
+
+// enter admits a call on the session's behalf, or fails once Close began;
+// a call admitted must end with s.gate.RUnlock.
+func (s *Sandbox) enter(what string) error {
+	s.gate.RLock()
+	if s.retired.Load() {
+		s.gate.RUnlock()
+		return gym.Errorf(gym.ClassSandbox, "docker: %s: sandbox %s is closed", what, shortID(s.id))
+	}
+	return nil
+}
+
+// takePristine has the executor record the sandbox's state as it started,
+// so that it may be recycled; a failure only means it will not be.
+func (s *Sandbox) takePristine(ctx context.Context) {
+	roots, err := s.roots(ctx)
+	if err == nil {
+		err = s.bounded(ctx, "pristine", opBound, func(ctx context.Context) error {
+			_, err := s.exec.Pristine(ctx, roots)
+			return err
+		})
+	}
+	if err != nil {
+		s.p.log.Info("the sandbox cannot be recycled", "container", shortID(s.id), "err", err)
+		return
+	}
+	s.pristine = true
+}
+
+// reuseCap is how many sandboxes the pool of a key may hold once
+// recycled ones join it.
+func (p *Provider) reuseCap() int {
+	return max(p.opts.Reuse, p.opts.WarmPool)
+}
+
+// startRecycle starts recycling s, whose Close began, in the background
+// and reports whether it did: not when the provider keeps no recycled
+// sandboxes, s cannot be recycled or its pool is full.
+func (p *Provider) startRecycle(s *Sandbox) bool {
+	if p.opts.Reuse <= 0 || !s.pristine || s.poolKey == "" || s.exec == nil {
+		return false
+	}
+	select {
+	case <-s.exec.Done():
+		return false
+	default:
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed || len(p.pool[s.poolKey])+p.recycling[s.poolKey] >= p.reuseCap() {
+		return false
+	}
+	p.recycling[s.poolKey]++
+	p.bg.Add(1)
+	go p.recycle(s)
+	return true
+}
+
+// recycle puts s's container back as it started and into its pool, under
+// a new Sandbox with a new session id; or, when that fails, removes it.
+func (p *Provider) recycle(s *Sandbox) {
+	defer p.bg.Done()
+	n, err := p.renew(s)
+	fresh := n
+	p.mu.Lock()
+	p.recycling[s.poolKey]--
+	c := p.counts[s.poolKey]
+	if err == nil && !p.closed {
+		p.live[s.id] = n
+		p.pool[s.poolKey] = append(p.pool[s.poolKey], n)
+		n = nil
+	}
+	zygote := p.zygotePools[s.poolKey]
+	p.mu.Unlock()
+	if c != nil {
+		if err == nil {
+			c.recycled.Add(1)
+		} else {
+			c.notRecycled.Add(1)
+		}
+	}
+	switch {
+	case err != nil:
+		p.log.Info("the sandbox was not recycled; removing it", "container", shortID(s.id), "session_id", s.session, "err", err)
+		p.dispose(s)
+	case n != nil:
+		// The provider closed meanwhile.
+		p.dispose(n)
+	case zygote:
+		// As a pooled sandbox joining the pool would (see fill); none
+		// is started if the executor kept its zygote.
+		_, _ = fresh.StartZygote(p.bgCtx, false)
+	}
+}
+
+// renew ends the calls of s's session, has the executor recycle the
+// container and returns the Sandbox of its next session.
+func (p *Provider) renew(s *Sandbox) (*Sandbox, error) {
+	if time.Since(s.born) >= p.maxPoolAge() {
+		return nil, fmt.Errorf("the container is older than a pooled sandbox may be")
+	}
+	ctx, cancel := context.WithTimeout(p.bgCtx, recycleBound)
+	defer cancel()
+	// Commands in flight end with their processes; then no call of the
+	// session is left (enter admits none since Close began).
+	if err := s.exec.KillAll(ctx); err != nil {
+		return nil, err
+	}
+	deadline := time.Now().Add(drainBound)
+	for !s.gate.TryLock() {
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("calls of the closed session did not end within %s", drainBound)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	s.gate.Unlock()
+	if err := s.exec.Recycle(ctx); err != nil {
+		return nil, err
+	}
+	now := time.Now()
+	n := &Sandbox{p: p, id: s.id, session: sandbox.NewSessionID(), made: now, born: s.born, image: s.image, workdir: s.workdir,
+		exec: s.exec, conn: s.conn, copied: s.copied, phases: s.phases, poolKey: s.poolKey, pristine: true}
+	if s.zygote.Load() == zygoteStarted {
+		// The executor keeps its zygote (see executor.Client.Recycle).
+		n.zygote.Store(zygoteStarted)
+	}
+	return n, nil
+}
