@@ -95,6 +95,7 @@ func dockerOptions(logger *slog.Logger, opts loadOptions) (docker.Options, error
 		Logger:         logger,
 		WarmPool:       opts.WarmPool,
 		CreatedPool:    opts.CreatedPool,
+		Reuse:          opts.Reuse,
 		OrphanAfter:    opts.OrphanAfter,
 		// Caps on the image cache; see docker.Options.
 		ImageCacheMaxImages: opts.Caches.maxImages,
@@ -121,6 +122,9 @@ type loadOptions struct {
 	// CreatedPool is the number of containers created but not started
 	// kept per environment (0: none); see docker.Options.CreatedPool.
 	CreatedPool int
+	// Reuse is the number of closed sandboxes kept, recycled, per
+	// environment (0: none); see docker.Options.Reuse.
+	Reuse int
 	// OrphanAfter is how long a sandbox outlives the stream of its
 	// executor (0: docker.DefaultOrphanAfter, negative: forever); see
 	// docker.Options.OrphanAfter.

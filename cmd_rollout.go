@@ -44,6 +44,7 @@ type rolloutFlags struct {
 	sampleSeed             int64
 	tasks                  string
 	warmPool               int
+	reuse                  int
 	createdPool            int
 	orphanAfter            time.Duration
 	noJanitor              bool
@@ -137,6 +138,7 @@ func rolloutWith(ctx context.Context, args []string, stdout, stderr io.Writer, l
 	fs.Int64Var(&f.sampleSeed, "sample-seed", 0, "seed of the --tasks-per-env sample (default: rollout_config.sample_seed)")
 	fs.StringVar(&f.tasks, "tasks", "", "run only the tasks whose ENV/TASK id matches this regular expression (default: rollout_config.task_filter)")
 	fs.IntVar(&f.warmPool, "warm-pool", 0, "started sandboxes kept ready per environment, so episodes start at once (in process only)")
+	fs.IntVar(&f.reuse, "reuse", 0, "closed sandboxes kept per environment, recycled for later episodes without a container start (in process only)")
 	fs.IntVar(&f.createdPool, "created-pool", 0, "containers created but not started kept per environment, so a start the warm pool does not serve skips the create (in process only)")
 	f.caches.register(fs)
 	f.engines.register(fs)
@@ -165,6 +167,9 @@ func rolloutWith(ctx context.Context, args []string, stdout, stderr io.Writer, l
 	}
 	if f.set["parallel"] && f.parallel < 1 {
 		return fail(2, "--parallel must be at least 1")
+	}
+	if f.reuse < 0 {
+		return fail(2, "--reuse must not be negative")
 	}
 	if f.warmPool < 0 {
 		return fail(2, "--warm-pool must not be negative")
@@ -287,6 +292,7 @@ func rolloutWith(ctx context.Context, args []string, stdout, stderr io.Writer, l
 		reg, closeFn, err := load(ctx, cfg, logger, loadOptions{
 			WarmPool:    f.warmPool,
 			CreatedPool: f.createdPool,
+			Reuse:       f.reuse,
 			OrphanAfter: orphanAfterOption(f.orphanAfter),
 			Janitor:     !f.noJanitor,
 			JanitorLog:  f.janitorLog,

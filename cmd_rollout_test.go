@@ -317,6 +317,41 @@ func TestRolloutCreatedPool(t *testing.T) {
 	}
 }
 
+// TestRolloutReuse runs the binary with --reuse: the later episodes, one at
+// a time, run in the first one's container, recycled, and score as the
+// first did; the container is gone when the run ends.
+func TestRolloutReuse(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs Docker")
+	}
+	out := filepath.Join(t.TempDir(), "results.json")
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, validateBinary(t), "rollout", calculatorConfig, "--policy", "oracle", "--output", out, "--quiet",
+		"--episodes", "3", "--parallel", "1", "--reuse", "1", "--log-level", "DEBUG")
+	cmd.Env = append(os.Environ(), "OPENROUTER_API_KEY=", "OPENAI_API_KEY=")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("%v\nstderr:\n%s", err, stderr.String())
+	}
+	checkOracleOutputs(t, out, 3)
+	if n := strings.Count(stderr.String(), "sandbox recycled"); n < 1 {
+		t.Errorf("no sandbox was recycled; stderr:\n%s", stderr.String())
+	}
+	if strings.Contains(stderr.String(), "not recycled") {
+		t.Errorf("a sandbox could not be recycled; stderr:\n%s", stderr.String())
+	}
+	host, _ := os.Hostname()
+	owners, err := ownersWithPrefix(t.Context(), dockerClient(t), fmt.Sprintf("%s:%d:", host, cmd.Process.Pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(owners) != 0 {
+		t.Errorf("containers of the run are left (recycled sandboxes not cleaned up): owners %q", owners)
+	}
+}
+
 func TestRolloutAgainstRemoteServer(t *testing.T) {
 	noDockerNoKeys(t)
 	env := gymtest.NewEnv("e", gymtest.Task{ID: "e", Prompt: "Write hello to out.txt.", Expect: map[string]string{"out.txt": "hello"}})

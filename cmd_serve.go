@@ -35,6 +35,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	idleTTL := fs.Duration("idle-ttl", server.DefaultIdleSessionTTL, "close sessions without requests for this long")
 	pingInterval := fs.Duration("ping-interval", server.DefaultPingInterval, "WebSocket heartbeat period")
 	warmPool := fs.Int("warm-pool", 0, "started sandboxes kept ready per environment, so resets return at once")
+	reuse := fs.Int("reuse", 0, "closed sandboxes kept per environment, recycled (processes killed, what the agent can write put back and checked), to serve later resets without a container start")
 	createdPool := fs.Int("created-pool", 0, "containers created but not started kept per environment, so a start the warm pool does not serve skips the create")
 	var caches cacheCapFlags
 	caches.register(fs)
@@ -79,6 +80,10 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		fmt.Fprintln(stderr, "gymserver serve: --created-pool must not be negative")
 		return 2
 	}
+	if *reuse < 0 {
+		fmt.Fprintln(stderr, "gymserver serve: --reuse must not be negative")
+		return 2
+	}
 	if err := checkEngines(&engines); err != nil {
 		fmt.Fprintln(stderr, "gymserver serve:", err)
 		return 2
@@ -87,6 +92,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	reg, closeEnvs, err := loadRegistry(ctx, *configPath, logger, loadOptions{
 		WarmPool:    *warmPool,
 		CreatedPool: *createdPool,
+		Reuse:       *reuse,
 		OrphanAfter: orphanAfterOption(*orphanAfter),
 		Janitor:     !*noJanitor,
 		JanitorLog:  *janitorLog,

@@ -81,6 +81,9 @@ var (
 	descPoolResets = prometheus.NewDesc("gymserver_pool_resets_total",
 		"Sandboxes handed out for the environment, by source: pool (ready from the warm pool) or cold (started for the request).",
 		[]string{"env", "source"}, nil)
+	descPoolRecycles = prometheus.NewDesc("gymserver_pool_recycles_total",
+		"Closed sandboxes of the environment put back for another session (outcome recycled) or removed because they could not be shown clean (not_recycled); see serve --reuse.",
+		[]string{"env", "outcome"}, nil)
 	descRemoving = prometheus.NewDesc("gymserver_containers_removing",
 		"Containers of closed sessions being removed in the background.", nil, nil)
 	descRemoveErrors = prometheus.NewDesc("gymserver_remove_errors_total",
@@ -92,7 +95,7 @@ type poolCollector struct{ s *Server }
 
 // Describe sends the descriptions of the warm-pool metrics.
 func (c poolCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descPoolTarget, descPoolReady, descPoolStarting, descPoolCreated, descPoolResets, descRemoving, descRemoveErrors} {
+	for _, d := range []*prometheus.Desc{descPoolTarget, descPoolReady, descPoolStarting, descPoolCreated, descPoolResets, descPoolRecycles, descRemoving, descRemoveErrors} {
 		ch <- d
 	}
 }
@@ -115,5 +118,7 @@ func (c poolCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descPoolCreated, prometheus.GaugeValue, float64(t.Created), env)
 		ch <- prometheus.MustNewConstMetric(descPoolResets, prometheus.CounterValue, float64(t.FromPool), env, "pool")
 		ch <- prometheus.MustNewConstMetric(descPoolResets, prometheus.CounterValue, float64(t.Cold), env, "cold")
+		ch <- prometheus.MustNewConstMetric(descPoolRecycles, prometheus.CounterValue, float64(t.Recycled), env, "recycled")
+		ch <- prometheus.MustNewConstMetric(descPoolRecycles, prometheus.CounterValue, float64(t.NotRecycled), env, "not_recycled")
 	}
 }

@@ -461,6 +461,7 @@ func TestUIStateShowsWarmPool(t *testing.T) {
 		`gymserver_pool_target{env="` + env + `"} 2`,
 		`gymserver_pool_resets_total{env="` + env + `",source="pool"} 1`,
 		`gymserver_pool_resets_total{env="` + env + `",source="cold"} 1`,
+		`gymserver_pool_recycles_total{env="` + env + `",outcome="recycled"} 0`,
 		"\ngymserver_containers_removing ",
 		"\ngymserver_remove_errors_total 0\n",
 	} {

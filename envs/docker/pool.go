@@ -301,7 +301,8 @@ func (p *Provider) countFor(key string, spec sandbox.Spec) *poolCount {
 }
 
 // PoolStats returns the state of every pool a Create asked for, sorted by
-// image; none without Options.WarmPool (Create counts nothing then); and
+// image; none without Options.WarmPool or Options.Reuse (Create counts
+// nothing then); and
 // the container removals pending and failed.
 func (p *Provider) PoolStats() sandbox.PoolStats {
 	p.mu.Lock()

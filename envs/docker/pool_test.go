@@ -37,6 +37,20 @@ func TestConformancePooled(t *testing.T) {
 	})
 }
 
+// TestConformanceReused runs the conformance suite on a provider that
+// recycles closed sandboxes: the suite's sandboxes, created and closed in
+// parallel, are served recycled ones and must behave like fresh ones. A
+// closed sandbox's container stays for the next session, so the suite
+// does not check that it is gone.
+func TestConformanceReused(t *testing.T) {
+	p, _ := dockertest.NewWith(t, docker.Options{Reuse: 2})
+	sandboxtest.Run(t, sandboxtest.Suite{Provider: p, BaseImage: baseimage.Python, Processes: true})
+	st := p.PoolStats()
+	if len(st.Pools) == 0 || st.Pools[0].Recycled == 0 || st.Pools[0].FromPool == 0 {
+		t.Errorf("no recycled sandbox served the suite: %+v", st.Pools)
+	}
+}
+
 // ownContainers lists the containers of the provider (each test has its
 // own). Pooled containers carry no task label: they serve any task.
 func ownContainers(t *testing.T, cli *client.Client, p *docker.Provider) []container.Summary {

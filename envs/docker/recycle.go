@@ -91,24 +91,30 @@ func (p *Provider) recycle(s *Sandbox) {
 	}
 	zygote := p.zygotePools[s.poolKey]
 	p.mu.Unlock()
-	if c != nil {
-		if err == nil {
-			c.recycled.Add(1)
-		} else {
-			c.notRecycled.Add(1)
-		}
+	closing := p.bgCtx.Err() != nil
+	switch {
+	case c == nil || closing:
+	case err == nil:
+		c.recycled.Add(1)
+	default:
+		c.notRecycled.Add(1)
 	}
 	switch {
+	case err != nil && closing:
+		p.dispose(s)
 	case err != nil:
 		p.log.Info("the sandbox was not recycled; removing it", "container", shortID(s.id), "session_id", s.session, "err", err)
 		p.dispose(s)
 	case n != nil:
 		// The provider closed meanwhile.
 		p.dispose(n)
-	case zygote:
-		// As a pooled sandbox joining the pool would (see fill); none
-		// is started if the executor kept its zygote.
-		_, _ = fresh.StartZygote(p.bgCtx, false)
+	default:
+		p.log.Debug("sandbox recycled", "container", shortID(s.id), "was_session", s.session)
+		if zygote {
+			// As a pooled sandbox joining the pool would (see fill);
+			// none is started if the executor kept its zygote.
+			_, _ = fresh.StartZygote(p.bgCtx, false)
+		}
 	}
 }
 
