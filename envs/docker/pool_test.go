@@ -44,11 +44,15 @@ func TestConformancePooled(t *testing.T) {
 // does not check that it is gone.
 func TestConformanceReused(t *testing.T) {
 	p, _ := dockertest.NewWith(t, docker.Options{Reuse: 2})
+	// After the suite's parallel subtests (cleanups run last first: this
+	// one before the provider's Close).
+	t.Cleanup(func() {
+		st := p.PoolStats()
+		if len(st.Pools) == 0 || st.Pools[0].Recycled == 0 || st.Pools[0].FromPool == 0 {
+			t.Errorf("no recycled sandbox served the suite: %+v", st.Pools)
+		}
+	})
 	sandboxtest.Run(t, sandboxtest.Suite{Provider: p, BaseImage: baseimage.Python, Processes: true})
-	st := p.PoolStats()
-	if len(st.Pools) == 0 || st.Pools[0].Recycled == 0 || st.Pools[0].FromPool == 0 {
-		t.Errorf("no recycled sandbox served the suite: %+v", st.Pools)
-	}
 }
 
 // ownContainers lists the containers of the provider (each test has its

@@ -79,6 +79,7 @@ func (p *Provider) startRecycle(s *Sandbox) bool {
 // a new Sandbox with a new session id; or, when that fails, removes it.
 func (p *Provider) recycle(s *Sandbox) {
 	defer p.bg.Done()
+	t0 := time.Now()
 	n, err := p.renew(s)
 	fresh := n
 	p.mu.Lock()
@@ -109,7 +110,7 @@ func (p *Provider) recycle(s *Sandbox) {
 		// The provider closed meanwhile.
 		p.dispose(n)
 	default:
-		p.log.Debug("sandbox recycled", "container", shortID(s.id), "was_session", s.session)
+		p.log.Debug("sandbox recycled", "container", shortID(s.id), "was_session", s.session, "took", time.Since(t0))
 		if zygote {
 			// As a pooled sandbox joining the pool would (see fill);
 			// none is started if the executor kept its zygote.

@@ -205,7 +205,7 @@ func (s *server) reply(resp response) {
 
 func (s *server) handle(ctx context.Context, req request) response {
 	if req.Priv && (req.Op == opExec || req.Op == opWrite) {
-		s.taint("a %s ran with the machinery's rights", req.Op)
+		s.taint("%s with the machinery's rights", req.Op)
 	}
 	switch req.Op {
 	case opPing:
