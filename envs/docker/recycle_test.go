@@ -188,3 +188,56 @@ func TestRecycle(t *testing.T) {
 		t.Errorf("after a Priv exec: pool stats %+v, %d pooled", st.Pools, p.Pooled(spec("any", "")))
 	}
 }
+
+// TestRecycleEndsCallsInFlight closes a session while one of its commands
+// runs without a timeout: the command ends with an error, the sandbox is
+// recycled all the same, and the next session finds no trace of it.
+func TestRecycleEndsCallsInFlight(t *testing.T) {
+	p, _ := dockertest.NewWith(t, docker.Options{Reuse: 1})
+	ctx := t.Context()
+	image, err := p.Prepare(ctx, sandbox.ImageSpec{BaseImage: baseimage.Python, WorkDir: "/workspace"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec := sandbox.Spec{Image: image, WorkDir: "/workspace"}
+	first, err := p.Create(ctx, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := first.Exec(ctx, sandbox.ExecRequest{Argv: []string{"/bin/sh", "-c", "echo started > /tmp/long; exec sleep 600"}})
+		done <- err
+	}()
+	waittest.Until(t, "the long command to start", 30*time.Second, func() (bool, error) {
+		_, err := first.ReadFile(ctx, "/tmp/long", 100)
+		return err == nil, nil
+	})
+	if err := first.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		if err == nil {
+			t.Error("the command of a closed session ended without an error")
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the command of a closed session still runs")
+	}
+	waitPooled(t, p, spec, 1)
+	second, err := p.Create(ctx, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer second.Close(context.WithoutCancel(ctx))
+	if second.ID() != first.ID() {
+		t.Fatalf("container %s, want the recycled %s", second.ID(), first.ID())
+	}
+	r, err := second.Exec(ctx, sandbox.ExecRequest{Argv: []string{"/bin/sh", "-c", "ls -A /tmp; for d in /proc/[0-9]*; do cat $d/cmdline 2>/dev/null | tr '\\0' ' '; echo; done"}, Timeout: 30 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out := string(r.Stdout); strings.Contains(out, "long") || strings.Contains(out, "sleep 600") {
+		t.Errorf("the next session finds the closed one's command or its file:\n%s", out)
+	}
+}

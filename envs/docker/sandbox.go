@@ -473,6 +473,9 @@ func (s *Sandbox) bounded(ctx context.Context, what string, d time.Duration, cal
 	bctx, cancel := context.WithTimeout(ctx, d)
 	defer cancel()
 	err := call(bctx)
+	if err == nil && s.retired.Load() {
+		return gym.Errorf(gym.ClassSandbox, "docker: %s: sandbox %s was closed meanwhile", what, shortID(s.id))
+	}
 	if err != nil && ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
 		err = gym.Errorf(gym.ClassSandbox, "docker: %s: the executor in %s did not answer within %s", what, shortID(s.id), d)
 	}
@@ -520,6 +523,10 @@ func (s *Sandbox) execWatched(ctx context.Context, req sandbox.ExecRequest) (san
 	r, err := s.exec.Exec(wctx, req)
 	cancel(nil)
 	<-watched
+	if err == nil && s.retired.Load() {
+		// Its process was killed by the close.
+		return sandbox.ExecResult{}, gym.Errorf(gym.ClassSandbox, "docker: exec: sandbox %s was closed while the command ran", shortID(s.id))
+	}
 	if cause := context.Cause(wctx); err != nil && ctx.Err() == nil && gym.ClassOf(cause) == gym.ClassSandbox {
 		err = cause
 	}
