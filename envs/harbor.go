@@ -2,6 +2,7 @@ package envs
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path"
@@ -94,18 +95,8 @@ func (t *task) evaluateHarbor(ctx context.Context, sb sandbox.Sandbox) (gym.Eval
 		return fail(gym.ClassSandbox, true, fmt.Errorf("install %s: %w", harborTestsDir, err))
 	}
 	root := harborRoot(h)
-	owner := "1000:1000"
-	if root {
-		owner = "0:0"
-	}
-	for _, argv := range [][]string{{"mkdir", "-p", harborVerifierDir}, {"chown", owner, harborVerifierDir}} {
-		r, err := sb.Exec(ctx, sandbox.ExecRequest{Argv: argv, Priv: true, Timeout: time.Minute, MaxOutput: 4096})
-		if err != nil {
-			return fail(gym.ClassSandbox, true, fmt.Errorf("make %s: %w", harborVerifierDir, err))
-		}
-		if r.ExitCode != 0 {
-			return fail(gym.ClassSandbox, true, fmt.Errorf("make %s: %s exited with %d: %s", harborVerifierDir, argv[0], r.ExitCode, r.Stderr))
-		}
+	if err := makeVerifierDir(ctx, sb, !root); err != nil {
+		return fail(gym.ClassSandbox, true, fmt.Errorf("make %s: %w", harborVerifierDir, err))
 	}
 
 	timeout := t.cfg.Timeouts.Test
@@ -202,4 +193,30 @@ func harborEnv(vars map[string]string) []string {
 		}))
 	}
 	return out
+}
+
+// makeVerifierDir makes Harbor's verifier directory for the verifier's
+// user: through sandbox.DirMaker, which a recycled sandbox can undo, or
+// else with commands run with the machinery's rights.
+func makeVerifierDir(ctx context.Context, sb sandbox.Sandbox, forAgent bool) error {
+	if m, ok := sb.(sandbox.DirMaker); ok {
+		err := m.MakeDir(ctx, harborVerifierDir, forAgent)
+		if !errors.Is(err, errors.ErrUnsupported) {
+			return err
+		}
+	}
+	owner := "0:0"
+	if forAgent {
+		owner = "1000:1000"
+	}
+	for _, argv := range [][]string{{"mkdir", "-p", harborVerifierDir}, {"chown", owner, harborVerifierDir}} {
+		r, err := sb.Exec(ctx, sandbox.ExecRequest{Argv: argv, Priv: true, Timeout: time.Minute, MaxOutput: 4096})
+		if err != nil {
+			return err
+		}
+		if r.ExitCode != 0 {
+			return fmt.Errorf("%s exited with %d: %s", argv[0], r.ExitCode, r.Stderr)
+		}
+	}
+	return nil
 }

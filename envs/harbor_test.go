@@ -10,6 +10,7 @@ import (
 	"github.com/gymserver/gymserver/envs"
 	"github.com/gymserver/gymserver/envs/baseimage"
 	"github.com/gymserver/gymserver/envs/config"
+	"github.com/gymserver/gymserver/envs/sandbox"
 	"github.com/gymserver/gymserver/gym"
 )
 
@@ -52,11 +53,17 @@ echo "{\"reward\": $r, \"checks\": 1, \"whoami\": $(id -u)}" > /logs/verifier/re
 // harborEnv loads an environment over the Harbor tasks under dir.
 func harborEnv(t *testing.T, dir string) (*envs.TaskEnv, config.Environment) {
 	t.Helper()
+	return harborEnvOn(t, dir, testProvider(t))
+}
+
+// harborEnvOn is harborEnv on the provider p.
+func harborEnvOn(t *testing.T, dir string, p sandbox.Provider) (*envs.TaskEnv, config.Environment) {
+	t.Helper()
 	cfg, err := config.Parse([]byte(`{"environments": [{"id": "hb", "docker_image": "`+baseimage.Python+`", "tasks_dir": "tasks"}]}`), dir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	e, err := envs.New(cfg, cfg.Environments[0], envs.Options{Provider: testProvider(t)})
+	e, err := envs.New(cfg, cfg.Environments[0], envs.Options{Provider: p})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,11 +1,14 @@
 package envs_test
 
 import (
+	"path/filepath"
 	"testing"
 	"time"
 
+	"github.com/gymserver/gymserver/envs/baseimage"
 	"github.com/gymserver/gymserver/envs/docker"
 	"github.com/gymserver/gymserver/envs/docker/dockertest"
+	"github.com/gymserver/gymserver/envs/sandbox"
 	"github.com/gymserver/gymserver/gym"
 	"github.com/gymserver/gymserver/internal/waittest"
 )
@@ -61,4 +64,63 @@ func TestReuseRewards(t *testing.T) {
 	if st.Cold != 1 || st.FromPool != 2 || st.NotRecycled != 0 {
 		t.Errorf("pool counts %+v: want one cold start and two recycled sandboxes served", st)
 	}
+}
+
+// TestReuseHarbor runs a Harbor task's episodes on a provider that
+// recycles sandboxes: its verifier directory is made so that a recycle
+// can undo it, so the sandbox serves the task's next episode (a GRPO
+// group's), and an empty episode after a solved one scores 0, as in a
+// fresh sandbox; a task whose verifier runs as root is never recycled.
+func TestReuseHarbor(t *testing.T) {
+	dir := t.TempDir()
+	harborTask(t, filepath.Join(dir, "tasks"), "answer", "", nil)
+	harborTask(t, filepath.Join(dir, "tasks"), "answer-root", "", map[string]string{
+		"task.toml": `version = "1.0"
+[verifier]
+user = "root"
+[environment]
+docker_image = "` + baseimage.Python + `"
+`})
+	p, _ := dockertest.NewWith(t, docker.Options{Reuse: 1})
+	e, _ := harborEnvOn(t, dir, p)
+	counts := func() sandbox.PoolCounts {
+		var c sandbox.PoolCounts
+		for _, pool := range p.PoolStats().Pools {
+			c.Add(pool.PoolCounts)
+		}
+		return c
+	}
+	episodeOf := func(task string, solve bool) float64 {
+		t.Helper()
+		s, _, err := e.Reset(t.Context(), gym.ResetRequest{Task: task})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if solve {
+			step(t, s, call(gym.ToolWriteFile, gym.WriteFileArgs{Filepath: "answer.txt", Content: "42\n"}))
+		}
+		ev := markDone(t, s)
+		if _, err := s.Close(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		if ev.ErrorClass != "" {
+			t.Fatalf("%s: evaluation %+v", task, ev)
+		}
+		return ev.Reward
+	}
+	if r := episodeOf("answer", true); r != 1 {
+		t.Fatalf("solved: reward %v", r)
+	}
+	waittest.For(t, "the sandbox to be recycled", time.Minute, func() bool { return counts().Recycled == 1 && counts().Ready == 1 })
+	if r := episodeOf("answer", false); r != 0 {
+		t.Errorf("an empty episode in the recycled sandbox: reward %v, want 0", r)
+	}
+	waittest.For(t, "the sandbox to be recycled again", time.Minute, func() bool { return counts().Recycled == 2 })
+	if c := counts(); c.FromPool != 1 || c.NotRecycled != 0 {
+		t.Errorf("pool counts %+v: want the second episode served recycled", c)
+	}
+	if r := episodeOf("answer-root", true); r != 1 {
+		t.Fatalf("root verifier: reward %v", r)
+	}
+	waittest.For(t, "the root verifier's sandbox to be refused", time.Minute, func() bool { return counts().NotRecycled == 1 })
 }

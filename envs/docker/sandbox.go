@@ -81,6 +81,7 @@ const (
 
 var _ sandbox.Sandbox = (*Sandbox)(nil)
 var _ sandbox.ZygoteStarter = (*Sandbox)(nil)
+var _ sandbox.DirMaker = (*Sandbox)(nil)
 
 // startPhases is how long each step of a cold start took; the benchmark
 // of Create reports them.
@@ -664,6 +665,13 @@ func (s *Sandbox) startZygote(ctx context.Context) (st sandbox.ZygoteStatus, err
 // KillAll kills every process of the sandbox user.
 func (s *Sandbox) KillAll(ctx context.Context) error {
 	return s.bounded(ctx, "kill all", opBound, s.exec.KillAll)
+}
+
+// MakeDir makes a directory through the executor; see sandbox.DirMaker.
+func (s *Sandbox) MakeDir(ctx context.Context, path string, forAgent bool) error {
+	return s.bounded(ctx, "mkdir "+path, opBound, func(ctx context.Context) error {
+		return s.exec.MakeDir(ctx, path, forAgent)
+	})
 }
 
 // CopyIn installs files owned by root, mode 0644, through the executor,

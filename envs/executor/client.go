@@ -421,6 +421,16 @@ func (c *Client) Recycle(ctx context.Context) error {
 	return respErr("recycle", "", resp)
 }
 
+// MakeDir makes the directory path and its missing parents with the
+// executor's rights; see sandbox.DirMaker.
+func (c *Client) MakeDir(ctx context.Context, path string, forAgent bool) error {
+	resp, err := c.call(ctx, request{Op: opMakeDir, Path: path, ForAgent: forAgent})
+	if err != nil {
+		return err
+	}
+	return respErr("mkdir", path, resp)
+}
+
 // Capture takes what is in roots as a tar archive of at most maxBytes,
 // read as the agent, and leaves it in the executor: it returns the
 // archive's size and the id Fetch takes. A non-zero since makes a delta

@@ -71,3 +71,36 @@ func (s *server) sealParents(p string) error {
 		}
 	}
 }
+
+// makeDir makes the absolute directory p, and the missing ones above it
+// (0755, root's), mode 0755, owned by the agent when forAgent (and the
+// executor acts for one), else by root; what it makes outside the
+// agent's places is recorded for a recycle to remove. Changing a
+// directory that was there before, outside those places and not made by
+// an install or a makeDir, taints the sandbox.
+func (s *server) makeDir(p string, forAgent bool) error {
+	p = filepath.Clean(p)
+	if !filepath.IsAbs(p) || p == "/" {
+		return &kindError{kindInvalid, fmt.Sprintf("mkdir %q: want an absolute directory path", p)}
+	}
+	if s.outsidePlaces(p) && !s.ours(p) {
+		if _, err := os.Lstat(p); err == nil {
+			s.taint("%s, outside the agent's places, was changed", p)
+		}
+	}
+	s.noteMade(p)
+	if err := os.MkdirAll(p, 0o755); err != nil {
+		return fmt.Errorf("mkdir %s: %w", p, err)
+	}
+	uid, gid := 0, 0
+	if a := s.opts.Agent; a != nil && forAgent {
+		uid, gid = a.UID, a.GID
+	}
+	if err := os.Lchown(p, uid, gid); err != nil {
+		return fmt.Errorf("mkdir %s: %w", p, err)
+	}
+	if err := os.Chmod(p, 0o755); err != nil {
+		return fmt.Errorf("mkdir %s: %w", p, err)
+	}
+	return nil
+}

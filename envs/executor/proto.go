@@ -33,6 +33,9 @@ const (
 	// opRecycle puts them back for another episode (see recycle.go).
 	opPristine = "pristine"
 	opRecycle  = "recycle"
+	// opMakeDir makes a directory for the agent or for root (see
+	// Client.MakeDir).
+	opMakeDir = "mkdir"
 )
 
 // Error kinds carried on the wire; the client maps them to sandbox errors.
@@ -92,6 +95,8 @@ type request struct {
 	Zygote bool `msgpack:"zygote,omitempty"`
 	// Wait makes a zygote op wait until the zygote is ready or failed.
 	Wait bool `msgpack:"wait,omitempty"`
+	// ForAgent gives the directory of a mkdir op to the agent.
+	ForAgent bool `msgpack:"for_agent,omitempty"`
 }
 
 // installFile is one file of an install op.

@@ -494,25 +494,37 @@ func (s *server) noteInstall(p string) {
 	if !s.outsidePlaces(p) {
 		return
 	}
-	missing := ""
-	for d := filepath.Dir(p); d != "/"; d = filepath.Dir(d) {
-		if _, err := os.Lstat(d); err == nil {
-			break
-		}
-		missing = d
-	}
+	s.noteMade(filepath.Dir(p))
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if !slices.Contains(s.installed, p) {
 		s.installed = append(s.installed, p)
 	}
+}
+
+// noteMade records, before the directory dir is made with its parents,
+// the first of them that does not exist yet, when it lies outside the
+// agent's places.
+func (s *server) noteMade(dir string) {
+	if !s.outsidePlaces(dir) {
+		return
+	}
+	missing := ""
+	for d := dir; d != "/"; d = filepath.Dir(d) {
+		if _, err := os.Lstat(d); err == nil {
+			break
+		}
+		missing = d
+	}
 	if missing != "" {
+		s.mu.Lock()
 		s.madeDirs = append(s.madeDirs, missing)
+		s.mu.Unlock()
 	}
 }
 
-// removeInstalled removes what install ops put outside the agent's places:
-// the files, then the directories they made (inside those places, the
+// removeInstalled removes what install and mkdir ops put outside the
+// agent's places: the files, then the directories they made (inside those places, the
 // restore replaces everything).
 func (s *server) removeInstalled() error {
 	s.mu.Lock()

@@ -294,6 +294,8 @@ func (s *server) handle(ctx context.Context, req request) response {
 		resp := errResponse(req.ID, err)
 		resp.Size = size
 		return resp
+	case opMakeDir:
+		return errResponse(req.ID, s.makeDir(req.Path, req.ForAgent))
 	case opRecycle:
 		return errResponse(req.ID, s.recycle())
 	case opRestore:

@@ -2,6 +2,7 @@ package fleet
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io/fs"
 	"sync"
@@ -27,6 +28,7 @@ var (
 	_ sandbox.Sandbox   = (*Sandbox)(nil)
 	_ sandbox.Committer = (*Sandbox)(nil)
 	_ sandbox.Archiver  = (*Sandbox)(nil)
+	_ sandbox.DirMaker  = (*Sandbox)(nil)
 )
 
 // newSandbox wraps inner, started on e when e had gone down downs times.
@@ -130,6 +132,19 @@ func (s *Sandbox) Commit(ctx context.Context) (string, error) {
 	s.f.snapshots[ref] = s.e
 	s.f.mu.Unlock()
 	return ref, nil
+}
+
+// MakeDir makes a directory with the machinery's rights, when the inner
+// sandbox can (else errors.ErrUnsupported: the caller runs a Priv exec).
+func (s *Sandbox) MakeDir(ctx context.Context, path string, forAgent bool) error {
+	if err := s.check(); err != nil {
+		return err
+	}
+	m, ok := s.inner.(sandbox.DirMaker)
+	if !ok {
+		return fmt.Errorf("sandbox %s: mkdir: %w", s.inner.ID(), errors.ErrUnsupported)
+	}
+	return m.MakeDir(ctx, path, forAgent)
 }
 
 // Archive takes the agent's files as an archive.

@@ -126,6 +126,18 @@ type Capture struct {
 	Fetch func(ctx context.Context) ([]byte, error)
 }
 
+// DirMaker is a Sandbox that makes a directory with the machinery's rights,
+// for the agent or for root, as a recycled sandbox can undo (see
+// docker.Options.Reuse): what an Exec with Priv makes cannot be told
+// apart from anything else root did, so a sandbox where one ran is never
+// recycled.
+type DirMaker interface {
+	// MakeDir makes the absolute path, and the missing directories above
+	// it (mode 0755, root's), mode 0755 and owned by the sandbox user
+	// when forAgent, else by root.
+	MakeDir(ctx context.Context, path string, forAgent bool) error
+}
+
 // ErrNotArchivable is wrapped by Archive when the sandbox's state cannot
 // be carried by an archive.
 var ErrNotArchivable = errors.New("not archivable")
