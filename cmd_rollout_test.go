@@ -284,19 +284,21 @@ func TestRolloutBinary(t *testing.T) {
 	checkOracleOutputs(t, out, 1)
 }
 
-// TestRolloutCreatedPool runs the binary with --created-pool: a later
-// episode's sandbox comes from a container created ahead (three episodes
-// one at a time: the pool refills while each runs), and the containers
-// created and never started are gone when the run ends.
-func TestRolloutCreatedPool(t *testing.T) {
+// runPooledRollout runs the binary on calculator_api with the oracle,
+// three episodes one at a time, with extra flags and DEBUG logs; it checks
+// the outputs and that no container of the run is left, and returns the
+// log.
+func runPooledRollout(t *testing.T, extra ...string) string {
+	t.Helper()
 	if testing.Short() {
 		t.Skip("needs Docker")
 	}
 	out := filepath.Join(t.TempDir(), "results.json")
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, validateBinary(t), "rollout", calculatorConfig, "--policy", "oracle", "--output", out, "--quiet",
-		"--episodes", "3", "--parallel", "1", "--created-pool", "1", "--log-level", "DEBUG")
+	args := append([]string{"rollout", calculatorConfig, "--policy", "oracle", "--output", out, "--quiet",
+		"--episodes", "3", "--parallel", "1", "--log-level", "DEBUG"}, extra...)
+	cmd := exec.CommandContext(ctx, validateBinary(t), args...)
 	cmd.Env = append(os.Environ(), "OPENROUTER_API_KEY=", "OPENAI_API_KEY=")
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
@@ -304,16 +306,25 @@ func TestRolloutCreatedPool(t *testing.T) {
 		t.Fatalf("%v\nstderr:\n%s", err, stderr.String())
 	}
 	checkOracleOutputs(t, out, 3)
-	if !strings.Contains(stderr.String(), "sandbox from the created pool") {
-		t.Errorf("no sandbox came from the created pool; stderr:\n%s", stderr.String())
-	}
 	host, _ := os.Hostname()
 	owners, err := ownersWithPrefix(t.Context(), dockerClient(t), fmt.Sprintf("%s:%d:", host, cmd.Process.Pid))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(owners) != 0 {
-		t.Errorf("containers of the run are left (created pool not cleaned up): owners %q", owners)
+		t.Errorf("containers of the run are left: owners %q", owners)
+	}
+	return stderr.String()
+}
+
+// TestRolloutCreatedPool runs the binary with --created-pool: a later
+// episode's sandbox comes from a container created ahead (three episodes
+// one at a time: the pool refills while each runs), and the containers
+// created and never started are gone when the run ends.
+func TestRolloutCreatedPool(t *testing.T) {
+	log := runPooledRollout(t, "--created-pool", "1")
+	if !strings.Contains(log, "sandbox from the created pool") {
+		t.Errorf("no sandbox came from the created pool; stderr:\n%s", log)
 	}
 }
 
@@ -321,34 +332,12 @@ func TestRolloutCreatedPool(t *testing.T) {
 // a time, run in the first one's container, recycled, and score as the
 // first did; the container is gone when the run ends.
 func TestRolloutReuse(t *testing.T) {
-	if testing.Short() {
-		t.Skip("needs Docker")
+	log := runPooledRollout(t, "--reuse", "1")
+	if !strings.Contains(log, "sandbox recycled") {
+		t.Errorf("no sandbox was recycled; stderr:\n%s", log)
 	}
-	out := filepath.Join(t.TempDir(), "results.json")
-	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, validateBinary(t), "rollout", calculatorConfig, "--policy", "oracle", "--output", out, "--quiet",
-		"--episodes", "3", "--parallel", "1", "--reuse", "1", "--log-level", "DEBUG")
-	cmd.Env = append(os.Environ(), "OPENROUTER_API_KEY=", "OPENAI_API_KEY=")
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	if err := cmd.Run(); err != nil {
-		t.Fatalf("%v\nstderr:\n%s", err, stderr.String())
-	}
-	checkOracleOutputs(t, out, 3)
-	if n := strings.Count(stderr.String(), "sandbox recycled"); n < 1 {
-		t.Errorf("no sandbox was recycled; stderr:\n%s", stderr.String())
-	}
-	if strings.Contains(stderr.String(), "not recycled") {
-		t.Errorf("a sandbox could not be recycled; stderr:\n%s", stderr.String())
-	}
-	host, _ := os.Hostname()
-	owners, err := ownersWithPrefix(t.Context(), dockerClient(t), fmt.Sprintf("%s:%d:", host, cmd.Process.Pid))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(owners) != 0 {
-		t.Errorf("containers of the run are left (recycled sandboxes not cleaned up): owners %q", owners)
+	if strings.Contains(log, "not recycled") {
+		t.Errorf("a sandbox could not be recycled; stderr:\n%s", log)
 	}
 }
 

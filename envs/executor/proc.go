@@ -14,6 +14,8 @@ import (
 // procInfo is what /proc says about one process.
 type procInfo struct {
 	pid, ppid int
+	// state is the one-letter state (R, S, D, Z, ...).
+	state byte
 }
 
 // listProcs reads every process visible in /proc.
@@ -44,7 +46,7 @@ func listProcs() []procInfo {
 			continue
 		}
 		ppid, _ := strconv.Atoi(f[1])
-		out = append(out, procInfo{pid: pid, ppid: ppid})
+		out = append(out, procInfo{pid: pid, ppid: ppid, state: f[0][0]})
 	}
 	return out
 }

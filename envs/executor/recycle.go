@@ -329,25 +329,11 @@ func (s *server) stopAll() error {
 // otherProcs lists the live processes but init, the executor (self) and
 // the zygote (zygote, 0 for none).
 func otherProcs(self, zygote int) []int {
-	ents, err := os.ReadDir("/proc")
-	if err != nil {
-		return nil
-	}
 	var out []int
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil || pid == 1 || pid == self || pid == zygote {
-			continue
+	for _, p := range listProcs() {
+		if p.pid != 1 && p.pid != self && p.pid != zygote && p.state != 'Z' && p.state != 'X' {
+			out = append(out, p.pid)
 		}
-		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
-		if err != nil {
-			continue
-		}
-		// pid (comm) state ...: the state follows the last ')'.
-		if i := bytes.LastIndexByte(b, ')'); i >= 0 && i+2 < len(b) && (b[i+2] == 'Z' || b[i+2] == 'X') {
-			continue
-		}
-		out = append(out, pid)
 	}
 	return out
 }
