@@ -122,8 +122,8 @@ type loadOptions struct {
 	// CreatedPool is the number of containers created but not started
 	// kept per environment (0: none); see docker.Options.CreatedPool.
 	CreatedPool int
-	// Reuse is the number of closed sandboxes kept, recycled, per
-	// environment (0: none); see docker.Options.Reuse.
+	// Reuse is the number of closed sandboxes kept, recycled, in all (0:
+	// none); see docker.Options.Reuse.
 	Reuse int
 	// OrphanAfter is how long a sandbox outlives the stream of its
 	// executor (0: docker.DefaultOrphanAfter, negative: forever); see

@@ -138,7 +138,7 @@ func rolloutWith(ctx context.Context, args []string, stdout, stderr io.Writer, l
 	fs.Int64Var(&f.sampleSeed, "sample-seed", 0, "seed of the --tasks-per-env sample (default: rollout_config.sample_seed)")
 	fs.StringVar(&f.tasks, "tasks", "", "run only the tasks whose ENV/TASK id matches this regular expression (default: rollout_config.task_filter)")
 	fs.IntVar(&f.warmPool, "warm-pool", 0, "started sandboxes kept ready per environment, so episodes start at once (in process only)")
-	fs.IntVar(&f.reuse, "reuse", 0, "closed sandboxes kept per environment, recycled for later episodes without a container start (in process only)")
+	fs.IntVar(&f.reuse, "reuse", 0, "closed sandboxes kept, recycled, to serve later episodes of their environment without a container start; at most this many in all, each for at most a minute (in process only)")
 	fs.IntVar(&f.createdPool, "created-pool", 0, "containers created but not started kept per environment, so a start the warm pool does not serve skips the create (in process only)")
 	f.caches.register(fs)
 	f.engines.register(fs)

@@ -35,7 +35,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	idleTTL := fs.Duration("idle-ttl", server.DefaultIdleSessionTTL, "close sessions without requests for this long")
 	pingInterval := fs.Duration("ping-interval", server.DefaultPingInterval, "WebSocket heartbeat period")
 	warmPool := fs.Int("warm-pool", 0, "started sandboxes kept ready per environment, so resets return at once")
-	reuse := fs.Int("reuse", 0, "closed sandboxes kept per environment, recycled (processes killed, what the agent can write put back and checked), to serve later resets without a container start")
+	reuse := fs.Int("reuse", 0, "closed sandboxes kept, recycled (processes killed, what the agent can write put back and checked), to serve later resets of their environment without a container start; at most this many in all, each for at most a minute")
 	createdPool := fs.Int("created-pool", 0, "containers created but not started kept per environment, so a start the warm pool does not serve skips the create")
 	var caches cacheCapFlags
 	caches.register(fs)

@@ -19,7 +19,13 @@ func CutStream(sb sandbox.Sandbox) {
 // pinged while a command without a timeout runs. Call it before p makes
 // sandboxes.
 func SetExecBounds(p *Provider, grace, alive time.Duration) {
-	p.bounds = execBounds{grace: grace, alive: alive}
+	p.bounds = execBounds{grace: grace, alive: alive, reuseIdle: p.bounds.reuseIdle}
+}
+
+// SetReuseIdle sets how long a recycled sandbox of p waits for a session
+// before it is removed. Call it before p makes sandboxes.
+func SetReuseIdle(p *Provider, d time.Duration) {
+	p.bounds.reuseIdle = d
 }
 
 // WholeArchive archives everything the agent can write in sb, a sandbox of

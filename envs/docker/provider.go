@@ -92,15 +92,17 @@ type Options struct {
 	// no memory. They are removed on Close; if the provider dies they
 	// stay, stopped, until the janitor or a Reap removes them.
 	CreatedPool int
-	// Reuse is the number of closed sandboxes kept, recycled, for each
-	// distinct Spec (0: none): a sandbox whose session closes is put back
-	// as it started (see executor.Client.Recycle: its processes killed,
-	// the places the agent can write restored byte for byte, the hidden
-	// tests removed) and serves a later Create, as a warm pool's would,
-	// without the engine's stop, remove, create and start. A sandbox
-	// that cannot be shown clean (a Priv exec ran in it, the agent can
-	// write a mount recycling cannot put back, its places hold more than
-	// 16 MiB, or the restore does not match) is removed as usual. A
+	// Reuse is the number of closed sandboxes kept, recycled, in all (0:
+	// none), for later sessions of the same Spec. A sandbox whose session
+	// closes is put back as it started (see executor.Client.Recycle: its
+	// processes killed, the places the agent can write restored byte for
+	// byte, the hidden tests removed) and serves a later Create, as a warm
+	// pool's would, without the engine's stop, remove, create and start.
+	// A sandbox that cannot be shown clean (a Priv exec ran in it, the
+	// agent can write a mount recycling cannot put back, its places hold
+	// more than 16 MiB, or the restore does not match) is removed as
+	// usual. When Reuse recycled sandboxes wait already, the one that
+	// waited longest is removed; one that waits a minute is removed. A
 	// recycled container keeps the gymserver.session label of the first
 	// session it served; labels cannot change.
 	Reuse int
@@ -231,6 +233,9 @@ type execBounds struct {
 	// alive is how often the executor is pinged while a command without
 	// a timeout runs.
 	alive time.Duration
+	// reuseIdle is how long a recycled sandbox waits for a session before
+	// it is removed (see Options.Reuse).
+	reuseIdle time.Duration
 }
 
 var _ sandbox.Provider = (*Provider)(nil)
@@ -263,7 +268,7 @@ func New(ctx context.Context, opts Options) (*Provider, error) {
 		creating:    map[string]int{},
 		snapshots:   map[string]bool{},
 		dropped:     map[string]bool{},
-		bounds:      execBounds{grace: execGrace, alive: aliveEvery},
+		bounds:      execBounds{grace: execGrace, alive: aliveEvery, reuseIdle: reuseIdle},
 		roots:       map[string][]executor.Root{},
 		usr:         map[string]*usrShare{},
 		usrBase:     map[string]string{},

@@ -3,6 +3,7 @@ package docker
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/gymserver/gymserver/envs/sandbox"
@@ -16,6 +17,9 @@ const (
 	// drainBound bounds the wait for the closed session's calls to end
 	// once its processes are killed.
 	drainBound = 5 * time.Second
+	// reuseIdle is how long a recycled sandbox waits for a session before
+	// it is removed.
+	reuseIdle = time.Minute
 )
 
 // enter admits a call on the session's behalf, or fails once Close began;
@@ -85,13 +89,18 @@ func (p *Provider) recycle(s *Sandbox) {
 	p.mu.Lock()
 	p.recycling[s.poolKey]--
 	c := p.counts[s.poolKey]
+	var evicted *Sandbox
 	if err == nil && !p.closed {
+		evicted = p.oldestRecycled(p.opts.Reuse)
 		p.live[s.id] = n
 		p.pool[s.poolKey] = append(p.pool[s.poolKey], n)
 		n = nil
 	}
 	zygote := p.zygotePools[s.poolKey]
 	p.mu.Unlock()
+	if evicted != nil {
+		p.retire(evicted)
+	}
 	closing := p.bgCtx.Err() != nil
 	switch {
 	case c == nil || closing:
@@ -111,12 +120,61 @@ func (p *Provider) recycle(s *Sandbox) {
 		p.dispose(n)
 	default:
 		p.log.Debug("sandbox recycled", "container", shortID(s.id), "was_session", s.session, "took", time.Since(t0))
+		time.AfterFunc(p.bounds.reuseIdle, func() { p.expire(fresh) })
 		if zygote {
 			// As a pooled sandbox joining the pool would (see fill);
 			// none is started if the executor kept its zygote.
 			_, _ = fresh.StartZygote(p.bgCtx, false)
 		}
 	}
+}
+
+// oldestRecycled takes out of the pools, and returns, the recycled sandbox
+// that has waited longest when limit or more recycled sandboxes wait in
+// all pools together; else nil. The caller holds p.mu.
+func (p *Provider) oldestRecycled(limit int) *Sandbox {
+	var oldest *Sandbox
+	n := 0
+	for _, list := range p.pool {
+		for _, q := range list {
+			if q.recycled.IsZero() {
+				continue
+			}
+			n++
+			if oldest == nil || q.recycled.Before(oldest.recycled) {
+				oldest = q
+			}
+		}
+	}
+	if n < limit || oldest == nil {
+		return nil
+	}
+	p.pool[oldest.poolKey] = slices.DeleteFunc(p.pool[oldest.poolKey], func(q *Sandbox) bool { return q == oldest })
+	return oldest
+}
+
+// expire removes the recycled sandbox s if it still waits in its pool.
+func (p *Provider) expire(s *Sandbox) {
+	p.mu.Lock()
+	list := p.pool[s.poolKey]
+	i := slices.Index(list, s)
+	if p.closed || i < 0 {
+		p.mu.Unlock()
+		return
+	}
+	p.pool[s.poolKey] = slices.Delete(list, i, i+1)
+	p.mu.Unlock()
+	p.log.Debug("a recycled sandbox waited too long; removing it", "container", shortID(s.id))
+	p.retire(s)
+}
+
+// retire closes a pooled sandbox for good: its container is removed, not
+// recycled.
+func (p *Provider) retire(s *Sandbox) {
+	s.closeOnce.Do(func() {
+		s.retired.Store(true)
+		p.dispose(s)
+	})
 }
 
 // renew ends the calls of s's session, has the executor recycle the
@@ -145,7 +203,7 @@ func (p *Provider) renew(s *Sandbox) (*Sandbox, error) {
 	}
 	now := time.Now()
 	n := &Sandbox{p: p, id: s.id, session: sandbox.NewSessionID(), made: now, born: s.born, image: s.image, workdir: s.workdir,
-		exec: s.exec, conn: s.conn, copied: s.copied, phases: s.phases, poolKey: s.poolKey, pristine: true}
+		exec: s.exec, conn: s.conn, copied: s.copied, phases: s.phases, poolKey: s.poolKey, pristine: true, recycled: now}
 	if s.zygote.Load() == zygoteStarted {
 		// The executor keeps its zygote (see executor.Client.Recycle).
 		n.zygote.Store(zygoteStarted)

@@ -241,3 +241,53 @@ func TestRecycleEndsCallsInFlight(t *testing.T) {
 		t.Errorf("the next session finds the closed one's command or its file:\n%s", out)
 	}
 }
+
+// TestRecycleLimits checks the bounds on the sandboxes kept recycled: with
+// Reuse 1, a sandbox recycled for another Spec makes the provider remove
+// the one that waited before it, and a recycled sandbox that waits too
+// long is removed.
+func TestRecycleLimits(t *testing.T) {
+	p, cli := dockertest.NewWith(t, docker.Options{Reuse: 1})
+	docker.SetReuseIdle(p, 3*time.Second)
+	ctx := t.Context()
+	image, err := p.Prepare(ctx, sandbox.ImageSpec{BaseImage: baseimage.Python, WorkDir: "/workspace"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	specA := sandbox.Spec{Image: image, WorkDir: "/workspace", Env: map[string]string{"WHICH": "a"}}
+	specB := sandbox.Spec{Image: image, WorkDir: "/workspace", Env: map[string]string{"WHICH": "b"}}
+	gone := func(id string) func() (bool, error) {
+		return func() (bool, error) {
+			_, err := cli.ContainerInspect(ctx, id)
+			if errdefs.IsNotFound(err) {
+				return true, nil
+			}
+			return false, err
+		}
+	}
+	a, err := p.Create(ctx, specA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := p.Create(ctx, specB)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waitPooled(t, p, specA, 1)
+	if err := b.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waitPooled(t, p, specB, 1)
+	// Out of the pool as the second joined it, long before it expires.
+	if n := p.Pooled(specA); n != 0 {
+		t.Errorf("%d sandboxes of the first Spec wait, want 0", n)
+	}
+	waittest.Until(t, "the sandbox recycled first to go", 30*time.Second, gone(a.ID()))
+	waittest.Until(t, "the recycled sandbox that waited too long to go", 30*time.Second, gone(b.ID()))
+	if n := p.Pooled(specB); n != 0 {
+		t.Errorf("%d sandboxes of the second Spec wait, want 0", n)
+	}
+}

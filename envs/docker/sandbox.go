@@ -55,8 +55,10 @@ type Sandbox struct {
 	poolKey string
 
 	// pristine says the executor keeps the sandbox's state as it started,
-	// so that Close may recycle it (see Options.Reuse).
+	// so that Close may recycle it (see Options.Reuse); recycled is when
+	// it was last recycled (zero for none).
 	pristine bool
+	recycled time.Time
 
 	// gate is held, shared, by every call to the executor or the engine
 	// on the session's behalf; retired is set when Close begins. A call
