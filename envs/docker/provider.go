@@ -185,8 +185,10 @@ type Provider struct {
 	pool    map[string][]*Sandbox
 	filling map[string]int
 	// recycling counts the recycles in flight for each key (see
-	// Options.Reuse).
-	recycling map[string]int
+	// Options.Reuse); unrecyclable are the images whose sandboxes could
+	// not be recorded for a recycle (said once in the log).
+	recycling    map[string]int
+	unrecyclable map[string]bool
 	// zygotePools are the pool keys whose sessions start verifier zygotes:
 	// their pooled sandboxes start one as they join the pool (see
 	// Sandbox.StartZygote).
@@ -253,26 +255,27 @@ func New(ctx context.Context, opts Options) (*Provider, error) {
 	}
 	sum := sha256.Sum256(bin)
 	p := &Provider{
-		cli:         opts.Client,
-		opts:        opts,
-		owner:       opts.Owner,
-		log:         opts.Logger,
-		execHash:    hex.EncodeToString(sum[:]),
-		live:        map[string]*Sandbox{},
-		building:    map[string]chan struct{}{},
-		pool:        map[string][]*Sandbox{},
-		filling:     map[string]int{},
-		recycling:   map[string]int{},
-		zygotePools: map[string]bool{},
-		created:     map[string][]*Sandbox{},
-		creating:    map[string]int{},
-		snapshots:   map[string]bool{},
-		dropped:     map[string]bool{},
-		bounds:      execBounds{grace: execGrace, alive: aliveEvery, reuseIdle: reuseIdle},
-		roots:       map[string][]executor.Root{},
-		usr:         map[string]*usrShare{},
-		usrBase:     map[string]string{},
-		rm:          removal{done: make(chan struct{}), workers: make(chan struct{}, removeWorkers), max: maxPendingRemovals},
+		cli:          opts.Client,
+		opts:         opts,
+		owner:        opts.Owner,
+		log:          opts.Logger,
+		execHash:     hex.EncodeToString(sum[:]),
+		live:         map[string]*Sandbox{},
+		building:     map[string]chan struct{}{},
+		pool:         map[string][]*Sandbox{},
+		filling:      map[string]int{},
+		recycling:    map[string]int{},
+		unrecyclable: map[string]bool{},
+		zygotePools:  map[string]bool{},
+		created:      map[string][]*Sandbox{},
+		creating:     map[string]int{},
+		snapshots:    map[string]bool{},
+		dropped:      map[string]bool{},
+		bounds:       execBounds{grace: execGrace, alive: aliveEvery, reuseIdle: reuseIdle},
+		roots:        map[string][]executor.Root{},
+		usr:          map[string]*usrShare{},
+		usrBase:      map[string]string{},
+		rm:           removal{done: make(chan struct{}), workers: make(chan struct{}, removeWorkers), max: maxPendingRemovals},
 	}
 	p.bgCtx, p.bgCancel = context.WithCancel(context.Background())
 	if p.log == nil {

@@ -44,7 +44,17 @@ func (s *Sandbox) takePristine(ctx context.Context) {
 		})
 	}
 	if err != nil {
-		s.p.log.Info("the sandbox cannot be recycled", "container", shortID(s.id), "err", err)
+		// Said once per image: its other sandboxes fail alike.
+		p := s.p
+		p.mu.Lock()
+		first := !p.unrecyclable[s.image]
+		p.unrecyclable[s.image] = true
+		p.mu.Unlock()
+		if first {
+			p.log.Info("sandboxes of this image cannot be recycled", "image", s.image, "container", shortID(s.id), "err", err)
+		} else {
+			p.log.Debug("the sandbox cannot be recycled", "container", shortID(s.id), "err", err)
+		}
 		return
 	}
 	s.pristine = true
