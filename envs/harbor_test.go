@@ -50,6 +50,20 @@ echo "{\"reward\": $r, \"checks\": 1, \"whoami\": $(id -u)}" > /logs/verifier/re
 	}
 }
 
+// answerTasks writes, under dir/tasks, the Harbor task "answer" (see
+// harborTask) and "answer-root", the same with its verifier run as root.
+func answerTasks(t *testing.T, dir string) {
+	t.Helper()
+	harborTask(t, filepath.Join(dir, "tasks"), "answer", "", nil)
+	harborTask(t, filepath.Join(dir, "tasks"), "answer-root", "", map[string]string{
+		"task.toml": `version = "1.0"
+[verifier]
+user = "root"
+[environment]
+docker_image = "` + baseimage.Python + `"
+`})
+}
+
 // harborEnv loads an environment over the Harbor tasks under dir.
 func harborEnv(t *testing.T, dir string) (*envs.TaskEnv, config.Environment) {
 	t.Helper()
@@ -92,14 +106,7 @@ func resetTask(t *testing.T, e *envs.TaskEnv, id string) gym.Session {
 
 func TestHarborTaskRewardAndMetrics(t *testing.T) {
 	dir := t.TempDir()
-	harborTask(t, filepath.Join(dir, "tasks"), "answer", "", nil)
-	harborTask(t, filepath.Join(dir, "tasks"), "answer-root", "", map[string]string{
-		"task.toml": `version = "1.0"
-[verifier]
-user = "root"
-[environment]
-docker_image = "` + baseimage.Python + `"
-`})
+	answerTasks(t, dir)
 	e, ec := harborEnv(t, dir)
 	tc, _ := ec.Task("answer")
 	if tc.Prompt != "Write 42 into answer.txt in your working directory.\n" || tc.Timeouts.Test != 30*time.Second || tc.Network != "none" {

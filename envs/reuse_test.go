@@ -1,11 +1,9 @@
 package envs_test
 
 import (
-	"path/filepath"
 	"testing"
 	"time"
 
-	"github.com/gymserver/gymserver/envs/baseimage"
 	"github.com/gymserver/gymserver/envs/docker"
 	"github.com/gymserver/gymserver/envs/docker/dockertest"
 	"github.com/gymserver/gymserver/envs/sandbox"
@@ -73,14 +71,7 @@ func TestReuseRewards(t *testing.T) {
 // fresh sandbox; a task whose verifier runs as root is never recycled.
 func TestReuseHarbor(t *testing.T) {
 	dir := t.TempDir()
-	harborTask(t, filepath.Join(dir, "tasks"), "answer", "", nil)
-	harborTask(t, filepath.Join(dir, "tasks"), "answer-root", "", map[string]string{
-		"task.toml": `version = "1.0"
-[verifier]
-user = "root"
-[environment]
-docker_image = "` + baseimage.Python + `"
-`})
+	answerTasks(t, dir)
 	p, _ := dockertest.NewWith(t, docker.Options{Reuse: 1})
 	e, _ := harborEnvOn(t, dir, p)
 	counts := func() sandbox.PoolCounts {
