@@ -8,8 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/docker/docker/errdefs"
-
 	"github.com/gymserver/gymserver/envs/baseimage"
 	"github.com/gymserver/gymserver/envs/docker"
 	"github.com/gymserver/gymserver/envs/docker/dockertest"
@@ -178,11 +176,8 @@ func TestRecycle(t *testing.T) {
 		t.Fatal(err)
 	}
 	waittest.Until(t, "the tainted container to go", 30*time.Second, func() (bool, error) {
-		_, err := cli.ContainerInspect(ctx, id)
-		if errdefs.IsNotFound(err) {
-			return true, nil
-		}
-		return false, err
+		exists, _, err := containerState(ctx, cli, id)
+		return !exists, err
 	})
 	if st := p.PoolStats(); st.Pools[0].NotRecycled != 1 || p.Pooled(spec("any", "")) != 0 {
 		t.Errorf("after a Priv exec: pool stats %+v, %d pooled", st.Pools, p.Pooled(spec("any", "")))
@@ -258,11 +253,8 @@ func TestRecycleLimits(t *testing.T) {
 	specB := sandbox.Spec{Image: image, WorkDir: "/workspace", Env: map[string]string{"WHICH": "b"}}
 	gone := func(id string) func() (bool, error) {
 		return func() (bool, error) {
-			_, err := cli.ContainerInspect(ctx, id)
-			if errdefs.IsNotFound(err) {
-				return true, nil
-			}
-			return false, err
+			exists, _, err := containerState(ctx, cli, id)
+			return !exists, err
 		}
 	}
 	a, err := p.Create(ctx, specA)
