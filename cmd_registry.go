@@ -96,6 +96,7 @@ func dockerOptions(logger *slog.Logger, opts loadOptions) (docker.Options, error
 		WarmPool:       opts.WarmPool,
 		CreatedPool:    opts.CreatedPool,
 		Reuse:          opts.Reuse,
+		FloatCPUs:      opts.FloatCPUs,
 		OrphanAfter:    opts.OrphanAfter,
 		// Caps on the image cache; see docker.Options.
 		ImageCacheMaxImages: opts.Caches.maxImages,
@@ -125,6 +126,9 @@ type loadOptions struct {
 	// Reuse is the number of closed sandboxes kept, recycled, in all (0:
 	// none); see docker.Options.Reuse.
 	Reuse int
+	// FloatCPUs leaves sandboxes free to run on any core instead of
+	// pinning each to the least used ones; see docker.Options.FloatCPUs.
+	FloatCPUs bool
 	// OrphanAfter is how long a sandbox outlives the stream of its
 	// executor (0: docker.DefaultOrphanAfter, negative: forever); see
 	// docker.Options.OrphanAfter.

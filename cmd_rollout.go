@@ -45,6 +45,7 @@ type rolloutFlags struct {
 	tasks                  string
 	warmPool               int
 	reuse                  int
+	floatCPUs              bool
 	createdPool            int
 	orphanAfter            time.Duration
 	noJanitor              bool
@@ -139,6 +140,7 @@ func rolloutWith(ctx context.Context, args []string, stdout, stderr io.Writer, l
 	fs.StringVar(&f.tasks, "tasks", "", "run only the tasks whose ENV/TASK id matches this regular expression (default: rollout_config.task_filter)")
 	fs.IntVar(&f.warmPool, "warm-pool", 0, "started sandboxes kept ready per environment, so episodes start at once (in process only)")
 	fs.IntVar(&f.reuse, "reuse", 0, "closed sandboxes kept, recycled, to serve later episodes of their environment without a container start; at most this many in all, each for at most a minute (in process only)")
+	fs.BoolVar(&f.floatCPUs, "float-cpus", false, "let sandboxes run on any core instead of pinning each to the cores the fewest sandboxes use, which keeps a busy host fair between sessions (in process only)")
 	fs.IntVar(&f.createdPool, "created-pool", 0, "containers created but not started kept per environment, so a start the warm pool does not serve skips the create (in process only)")
 	f.caches.register(fs)
 	f.engines.register(fs)
@@ -293,6 +295,7 @@ func rolloutWith(ctx context.Context, args []string, stdout, stderr io.Writer, l
 			WarmPool:    f.warmPool,
 			CreatedPool: f.createdPool,
 			Reuse:       f.reuse,
+			FloatCPUs:   f.floatCPUs,
 			OrphanAfter: orphanAfterOption(f.orphanAfter),
 			Janitor:     !f.noJanitor,
 			JanitorLog:  f.janitorLog,

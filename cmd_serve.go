@@ -35,6 +35,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	idleTTL := fs.Duration("idle-ttl", server.DefaultIdleSessionTTL, "close sessions without requests for this long")
 	pingInterval := fs.Duration("ping-interval", server.DefaultPingInterval, "WebSocket heartbeat period")
 	warmPool := fs.Int("warm-pool", 0, "started sandboxes kept ready per environment, so resets return at once")
+	floatCPUs := fs.Bool("float-cpus", false, "let sandboxes run on any core instead of pinning each to the cores the fewest sandboxes use, which keeps a busy host fair between sessions")
 	reuse := fs.Int("reuse", 0, "closed sandboxes kept, recycled (processes killed, what the agent can write put back and checked), to serve later resets of their environment without a container start; at most this many in all, each for at most a minute")
 	createdPool := fs.Int("created-pool", 0, "containers created but not started kept per environment, so a start the warm pool does not serve skips the create")
 	var caches cacheCapFlags
@@ -93,6 +94,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		WarmPool:    *warmPool,
 		CreatedPool: *createdPool,
 		Reuse:       *reuse,
+		FloatCPUs:   *floatCPUs,
 		OrphanAfter: orphanAfterOption(*orphanAfter),
 		Janitor:     !*noJanitor,
 		JanitorLog:  *janitorLog,

@@ -70,3 +70,13 @@ func HoldZygoteTurn(p *Provider) (release func()) {
 	p.zygoteTurns <- struct{}{}
 	return func() { <-p.zygoteTurns }
 }
+
+// SetCores makes p pin sandboxes as if the engine's host had n cores, of
+// which the first busy are held by one sandbox each. Call it before p
+// makes sandboxes.
+func SetCores(p *Provider, n, busy int) {
+	p.pins = newCPUPins(n, false)
+	for i := range busy {
+		p.pins.users[i]++
+	}
+}

@@ -106,6 +106,12 @@ type Options struct {
 	// recycled container keeps the gymserver.session label of the first
 	// session it served; labels cannot change.
 	Reuse int
+	// FloatCPUs leaves sandboxes free to run on any core of the engine's
+	// host. By default each sandbox is pinned to the ceil(CPUs) cores
+	// that the fewest live sandboxes use, which keeps the scheduler fair
+	// between sandboxes when the host is busy (see cpus.go); an engine
+	// that refuses a cpuset turns pinning off by itself.
+	FloatCPUs bool
 	// OrphanAfter is how long a container that prepares an image lives
 	// without an attached executor (default 2 minutes; negative:
 	// forever). A sandbox needs no such bound: its executor is its main
@@ -174,6 +180,9 @@ type Provider struct {
 	bgCtx    context.Context
 	bgCancel context.CancelFunc
 	bg       sync.WaitGroup
+
+	// pins assigns sandboxes their cores (see cpus.go).
+	pins *cpuPins
 
 	// mu guards the fields below.
 	mu       sync.Mutex
@@ -304,12 +313,15 @@ func New(ctx context.Context, opts Options) (*Provider, error) {
 		return nil, gym.Classify(fmt.Errorf("docker: engine not reachable: %w", err), gym.ClassSandbox)
 	}
 	imports := opts.ZygoteImports
+	cores := 0
 	if info, err := p.cli.Info(ctx); err == nil {
 		p.quota = quotaDriver(info.Driver, info.DriverStatus)
 		if imports <= 0 {
 			imports = info.NCPU / 2
 		}
+		cores = info.NCPU
 	}
+	p.pins = newCPUPins(cores, opts.FloatCPUs)
 	p.zygoteTurns = make(chan struct{}, max(imports, 1))
 	openOwners.Store(p.owner, true)
 	if err := p.Reap(ctx); err != nil {

@@ -75,6 +75,7 @@ func (p *Provider) removeSandbox(s *Sandbox) {
 		p.rm.errors++
 	}
 	delete(p.live, s.id)
+	p.pins.drop(s.id)
 	dropped := len(p.dropped) > 0
 	p.mu.Unlock()
 	if err != nil {

@@ -320,15 +320,29 @@ func (p *Provider) makeContainer(ctx context.Context, spec sandbox.Spec) (*Sandb
 		host.Binds = p.usrBinds(ctx, spec.Image)
 	}
 	p.limitDisk(host, res)
+	var cores []int
+	host.CpusetCpus, cores = p.pins.take(res.CPUs)
 	t0 := time.Now()
 	created, err := p.cli.ContainerCreate(ctx, cfg, host, nil, nil, "")
-	if err != nil && host.StorageOpt != nil && p.noQuota(err) {
-		host.StorageOpt = nil
+	// An engine that refuses a disk size or a cpuset is asked again
+	// without it, and not asked for it again.
+	for range 2 {
+		switch {
+		case err != nil && host.StorageOpt != nil && p.noQuota(err):
+			host.StorageOpt = nil
+		case err != nil && cores != nil && p.noCpuset(err):
+			p.pins.put(cores)
+			host.CpusetCpus, cores = "", nil
+		default:
+			continue
+		}
 		created, err = p.cli.ContainerCreate(ctx, cfg, host, nil, nil, "")
 	}
 	if err != nil {
+		p.pins.put(cores)
 		return nil, gym.Classify(fmt.Errorf("docker: create container from %s: %w", spec.Image, err), gym.ClassSandbox)
 	}
+	p.pins.hold(created.ID, cores)
 	now := time.Now()
 	s := &Sandbox{p: p, id: created.ID, session: session, made: now, born: now, image: spec.Image, workdir: workdir}
 	s.phases.create = time.Since(t0)

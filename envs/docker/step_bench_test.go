@@ -37,6 +37,11 @@ var stepCommand = []string{"/bin/sh", "-c", "echo hi"}
 // tight loop directly inside one sandbox, one loop per core, with no
 // transport at all.
 //
+// At 8 and 32 sessions, exec_floating runs the same steps in sandboxes
+// of a provider that does not pin them to cores (Options.FloatCPUs), as
+// every sandbox ran before pinning: its p99/p50 beside ours shows what
+// pinning does to fairness.
+//
 // b.N is the number of steps of each sub-benchmark, spread over its
 // sessions. Run: go test -run '^$' -bench StepSessions -benchtime 2000x ./envs/docker/
 func BenchmarkStepSessions(b *testing.B) {
@@ -47,33 +52,23 @@ func BenchmarkStepSessions(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	var boxes []sandbox.Sandbox
+	var boxes, floating []sandbox.Sandbox
 	defer func() {
-		for _, sb := range boxes {
+		for _, sb := range append(boxes, floating...) {
 			sb.Close(ctx)
 		}
 	}()
-	// grow makes sandboxes until there are n.
-	grow := func(b *testing.B, n int) {
-		more := make([]sandbox.Sandbox, n-len(boxes))
-		var g errgroup.Group
-		g.SetLimit(8)
-		for i := range more {
-			g.Go(func() (err error) {
-				more[i], err = p.Create(ctx, sandbox.Spec{Image: image, WorkDir: "/workspace", ShareUsr: true})
-				return err
-			})
-		}
-		err := g.Wait()
-		for _, sb := range more {
-			if sb != nil {
-				boxes = append(boxes, sb)
-			}
-		}
-		if err != nil {
-			b.Fatal(err)
-		}
+	// grower returns a function that makes sandboxes of p until boxes
+	// holds n.
+	grower := func(p *docker.Provider, boxes *[]sandbox.Sandbox) func(*testing.B, int) {
+		return func(b *testing.B, n int) { growSandboxes(b, p, image, boxes, n) }
 	}
+	grow := grower(p, &boxes)
+	// The same steps in sandboxes that are not pinned to cores
+	// (Options.FloatCPUs), from a second provider, at 8 and 32 sessions.
+	fp, _ := dockertest.NewWith(b, docker.Options{FloatCPUs: true,
+		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))})
+	growFloating := grower(fp, &floating)
 	var ceilingBox sandbox.Sandbox
 	defer func() {
 		if ceilingBox != nil {
@@ -97,6 +92,9 @@ func BenchmarkStepSessions(b *testing.B) {
 				c = ceiling
 			}
 			stepSessions(b, fmt.Sprintf("sessions=%d/%s", n, mode), n, req, grow, &boxes, p, c)
+			if mode == "exec" && n <= 32 {
+				stepSessions(b, fmt.Sprintf("sessions=%d/exec_floating", n), n, req, growFloating, &floating, fp, nil)
+			}
 		}
 	}
 	b.Run("idle=128", func(b *testing.B) {
@@ -631,4 +629,28 @@ func BenchmarkStepExecutorAB(b *testing.B) {
 			a.name, len(a.runs), n, med(a, cpu), med(a, exe), med(a, sws), med(a, rate), med(a, p99))
 	}
 	b.ReportMetric(med(arms[1], cpu)/med(arms[0], cpu), "cpu_ours/base")
+}
+
+// growSandboxes makes sandboxes of image with p, 8 at a time, until boxes
+// holds n.
+func growSandboxes(b *testing.B, p *docker.Provider, image string, boxes *[]sandbox.Sandbox, n int) {
+	ctx := context.Background()
+	more := make([]sandbox.Sandbox, n-len(*boxes))
+	var g errgroup.Group
+	g.SetLimit(8)
+	for i := range more {
+		g.Go(func() (err error) {
+			more[i], err = p.Create(ctx, sandbox.Spec{Image: image, WorkDir: "/workspace", ShareUsr: true})
+			return err
+		})
+	}
+	err := g.Wait()
+	for _, sb := range more {
+		if sb != nil {
+			*boxes = append(*boxes, sb)
+		}
+	}
+	if err != nil {
+		b.Fatal(err)
+	}
 }

@@ -1,0 +1,157 @@
+package docker
+
+import (
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+)
+
+// Sandboxes are pinned to cores (a cpuset), each to the cores the fewest
+// live sandboxes use, unless Options.FloatCPUs is set.
+//
+// Why: on this project's hosts (Linux 6.18, the EEVDF scheduler, cgroup
+// v1), when a sandbox's processes are spread over several cores, a
+// runnable process of one sandbox can wait hundreds of milliseconds on a
+// core's run queue while other sandboxes' processes run; perf sched
+// showed a command just forked by the executor wait 400 ms on one core
+// and run at once after migrating to the other. It is not the CPU quota
+// (no period was throttled, and removing the quota changed nothing), nor
+// the attach stream or the server: the executor's own timing of the
+// command held the wait. With each sandbox on its own core(s), 8 and 32
+// sessions stepping at once are served fairly (BenchmarkStepSessions,
+// the "floating" arm beside it).
+//
+// A sandbox gets ceil(Resources.CPUs) cores, at most all of them, so its
+// quota can still be spent in full. Balance is by count, not by load:
+// the cores of the fewest live sandboxes (warm, created or recycled ones
+// count too).
+
+// cpuPins assigns cores to sandboxes.
+type cpuPins struct {
+	mu sync.Mutex
+	// users counts the live sandboxes pinned to each core; nil when
+	// pinning is off.
+	users []int
+	// held are the cores of each container, by id.
+	held map[string][]int
+}
+
+// newCPUPins returns the pins of an engine with n cores; with n < 2 or
+// off, pinning is off.
+func newCPUPins(n int, off bool) *cpuPins {
+	c := &cpuPins{held: map[string][]int{}}
+	if n >= 2 && !off {
+		c.users = make([]int, n)
+	}
+	return c
+}
+
+// take picks the cores for a sandbox of cpus CPUs and returns them with
+// their cpuset ("" and nil when pinning is off). The caller gives them to
+// hold once the container exists, or back to put if it was not made.
+func (c *cpuPins) take(cpus float64) (string, []int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.users == nil {
+		return "", nil
+	}
+	k := min(max(int(math.Ceil(cpus)), 1), len(c.users))
+	order := make([]int, len(c.users))
+	for i := range order {
+		order[i] = i
+	}
+	// Fewest users first; among equals, the lowest core.
+	slices.SortStableFunc(order, func(a, b int) int { return c.users[a] - c.users[b] })
+	cores := order[:k]
+	slices.Sort(cores)
+	for _, i := range cores {
+		c.users[i]++
+	}
+	return cpuset(cores), cores
+}
+
+// hold records that container id holds cores.
+func (c *cpuPins) hold(id string, cores []int) {
+	if len(cores) == 0 {
+		return
+	}
+	c.mu.Lock()
+	c.held[id] = cores
+	c.mu.Unlock()
+}
+
+// put gives back cores taken for a container that was not made.
+func (c *cpuPins) put(cores []int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.release(cores)
+}
+
+// drop gives back the cores of container id, once it is removed.
+func (c *cpuPins) drop(id string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.release(c.held[id])
+	delete(c.held, id)
+}
+
+// release gives back cores; c.mu is held.
+func (c *cpuPins) release(cores []int) {
+	for _, i := range cores {
+		if i < len(c.users) && c.users[i] > 0 {
+			c.users[i]--
+		}
+	}
+}
+
+// disable turns pinning off, for an engine that refused a cpuset; the
+// sandboxes pinned so far keep their cores.
+func (c *cpuPins) disable() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.users = nil
+}
+
+// on says whether sandboxes are pinned.
+func (c *cpuPins) on() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.users != nil
+}
+
+// usage returns how many live sandboxes are pinned to each core (nil
+// when pinning is off).
+func (c *cpuPins) usage() []int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.Clone(c.users)
+}
+
+// cpuset formats cores as the engine's cpuset list, e.g. "0,2".
+func cpuset(cores []int) string {
+	s := make([]string, len(cores))
+	for i, c := range cores {
+		s[i] = strconv.Itoa(c)
+	}
+	return strings.Join(s, ",")
+}
+
+// noCpuset reports whether a create failed because the engine refused
+// the cpuset (e.g. its cgroup may not use every core it reports); the
+// provider then stops pinning.
+func (p *Provider) noCpuset(err error) bool {
+	msg := strings.ToLower(err.Error())
+	if !strings.Contains(msg, "cpuset") && !strings.Contains(msg, "cpus are not available") {
+		return false
+	}
+	p.pins.disable()
+	p.log.Warn("the engine refused a cpuset; sandboxes are no longer pinned to cores", "err", err)
+	return true
+}
+
+// CPUPins returns how many live sandboxes are pinned to each core of the
+// engine's host, or nil when sandboxes float (Options.FloatCPUs, a host
+// with one core, or an engine that refused a cpuset).
+func (p *Provider) CPUPins() []int { return p.pins.usage() }

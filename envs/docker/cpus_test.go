@@ -1,0 +1,149 @@
+package docker_test
+
+import (
+	"context"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/docker/docker/client"
+
+	"github.com/gymserver/gymserver/envs/docker"
+	"github.com/gymserver/gymserver/envs/docker/dockertest"
+	"github.com/gymserver/gymserver/envs/sandbox"
+	"github.com/gymserver/gymserver/internal/waittest"
+)
+
+// TestCPUPinning checks on the real engine that each sandbox is pinned to
+// the cores the fewest live sandboxes use, that the agent's commands run
+// only there, that a sandbox of 2 CPUs gets 2 cores, that closed sandboxes
+// give their cores back, and that FloatCPUs leaves sandboxes unpinned.
+func TestCPUPinning(t *testing.T) {
+	if runtime.NumCPU() < 2 {
+		t.Skip("one core: nothing to pin")
+	}
+	p, cli := newProvider(t)
+	ctx := t.Context()
+	n := len(p.CPUPins())
+	if n < 2 {
+		t.Fatalf("CPUPins %v on a host of %d cores: sandboxes are not pinned", p.CPUPins(), runtime.NumCPU())
+	}
+	var boxes []sandbox.Sandbox
+	for i := range n + 1 {
+		sb := baseSandbox(t, p, sandbox.Spec{Resources: sandbox.Resources{CPUs: 1}})
+		boxes = append(boxes, sb)
+		// Core i for the first n, then core 0 again (all used once).
+		want := []int{i % n}
+		if got := pinnedTo(t, cli, sb); !slices.Equal(got, want) {
+			t.Errorf("sandbox %d pinned to %v, want %v", i, got, want)
+		}
+		if got := allowedCores(t, sb); !slices.Equal(got, want) {
+			t.Errorf("sandbox %d: an agent command may run on cores %v, want %v", i, got, want)
+		}
+	}
+	wide := baseSandbox(t, p, sandbox.Spec{Resources: sandbox.Resources{CPUs: 1.5}})
+	// Core 0 has two sandboxes; the others one each: the two with the
+	// fewest are 1 and 2 (or 1 alone and 0 on a host of 2 cores).
+	want := []int{1, 2}
+	if n == 2 {
+		want = []int{0, 1}
+	}
+	if got := allowedCores(t, wide); !slices.Equal(got, want) {
+		t.Errorf("a sandbox of 1.5 CPUs may run on cores %v, want %v", got, want)
+	}
+	usage := p.CPUPins()
+	total := 0
+	for _, u := range usage {
+		total += u
+	}
+	if total != n+1+2 {
+		t.Errorf("CPUPins %v: %d pins, want %d", usage, total, n+1+2)
+	}
+	for _, sb := range append(boxes, wide) {
+		if err := sb.Close(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waittest.For(t, "the closed sandboxes' cores to be given back", time.Minute, func() bool {
+		return slices.Max(p.CPUPins()) == 0
+	})
+
+	floating, fcli := dockertest.NewWith(t, docker.Options{FloatCPUs: true})
+	if u := floating.CPUPins(); u != nil {
+		t.Errorf("CPUPins with FloatCPUs: %v, want nil", u)
+	}
+	sb := baseSandbox(t, floating, sandbox.Spec{})
+	if got := pinnedTo(t, fcli, sb); got != nil {
+		t.Errorf("with FloatCPUs a sandbox is pinned to %v", got)
+	}
+}
+
+// TestCPUPinningRefused checks that when the engine refuses a cpuset (here
+// cores the host does not have), the sandbox is made without one and the
+// provider stops pinning.
+func TestCPUPinningRefused(t *testing.T) {
+	p, cli := newProvider(t)
+	// The least used core is 511.
+	docker.SetCores(p, 512, 511)
+	sb := baseSandbox(t, p, sandbox.Spec{})
+	if got := pinnedTo(t, cli, sb); got != nil {
+		t.Errorf("pinned to %v after the engine refused the cpuset", got)
+	}
+	if u := p.CPUPins(); u != nil {
+		t.Errorf("CPUPins %v after the engine refused a cpuset, want nil (pinning off)", u)
+	}
+	r, err := sb.Exec(t.Context(), sandbox.ExecRequest{Argv: []string{"echo", "hi"}})
+	if err != nil || string(r.Stdout) != "hi\n" {
+		t.Errorf("exec in the unpinned sandbox: %q %v", r.Stdout, err)
+	}
+}
+
+// pinnedTo returns the cores in sb's container's cpuset, as the engine
+// has it (nil for none).
+func pinnedTo(t *testing.T, cli *client.Client, sb sandbox.Sandbox) []int {
+	t.Helper()
+	info, err := cli.ContainerInspect(context.Background(), sb.ID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return parseCores(t, info.HostConfig.CpusetCpus)
+}
+
+// allowedCores returns the cores an agent command in sb may run on, as
+// the kernel reports them to the command.
+func allowedCores(t *testing.T, sb sandbox.Sandbox) []int {
+	t.Helper()
+	r, err := sb.Exec(t.Context(), sandbox.ExecRequest{Argv: []string{"grep", "^Cpus_allowed_list:", "/proc/self/status"}})
+	if err != nil || r.ExitCode != 0 {
+		t.Fatalf("reading the allowed cores: %v %q %q", err, r.Stdout, r.Stderr)
+	}
+	f := strings.Fields(string(r.Stdout))
+	return parseCores(t, f[len(f)-1])
+}
+
+// parseCores parses a kernel or engine CPU list such as "0-2,5".
+func parseCores(t *testing.T, list string) []int {
+	t.Helper()
+	var out []int
+	for part := range strings.SplitSeq(list, ",") {
+		if part == "" {
+			continue
+		}
+		lo, hi, found := strings.Cut(part, "-")
+		if !found {
+			hi = lo
+		}
+		a, err1 := strconv.Atoi(lo)
+		b, err2 := strconv.Atoi(hi)
+		if err1 != nil || err2 != nil {
+			t.Fatalf("not a CPU list: %q", list)
+		}
+		for c := a; c <= b; c++ {
+			out = append(out, c)
+		}
+	}
+	return out
+}
