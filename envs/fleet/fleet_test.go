@@ -236,6 +236,10 @@ func TestFleetAcrossEngines(t *testing.T) {
 		}
 	}
 
+	// A sandbox of the fleet keeps a verifier zygote, as its engine's
+	// would, and a test command runs through it.
+	checkZygote(t, r.f)
+
 	// A committed snapshot of the session on a, forked: the fork is on a
 	// even though a is not the least loaded engine now (main 1, a 1, b 1:
 	// the first listed would be main).
@@ -540,4 +544,36 @@ func prepareAndCreate(t *testing.T, f *fleet.Fleet, want, why string) (string, s
 		t.Fatalf("sandbox on %s, want %s (%s)", got, want, why)
 	}
 	return img, sb
+}
+
+// checkZygote starts a sandbox on f, starts its verifier zygote and runs
+// pytest through it.
+func checkZygote(t *testing.T, f *fleet.Fleet) {
+	t.Helper()
+	ctx := t.Context()
+	image, err := f.Prepare(ctx, sandbox.ImageSpec{BaseImage: baseimage.Python, WorkDir: "/workspace"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sb, err := f.Create(ctx, sandbox.Spec{Image: image, WorkDir: "/workspace", ShareUsr: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sb.Close(context.WithoutCancel(ctx))
+	z, ok := sb.(sandbox.ZygoteStarter)
+	if !ok {
+		t.Fatal("a fleet sandbox is not a sandbox.ZygoteStarter: evaluations would never use the verifier zygote")
+	}
+	st, err := z.StartZygote(ctx, true)
+	if err != nil || !st.Ready || st.PytestVersion == "" {
+		t.Fatalf("the verifier zygote of a fleet sandbox: %+v %v", st, err)
+	}
+	// The environment an evaluation gives a pytest command (see
+	// envs.testRun.env), which the zygote's must match.
+	env := []string{"PYTHONNOUSERSITE=1", "PYTHONSAFEPATH=1", "PYTHONDONTWRITEBYTECODE=1", "PYTHONPATH=/tmp"}
+	r, err := sb.Exec(ctx, sandbox.ExecRequest{Argv: []string{"/bin/sh", "-c", "python3 -m pytest --version"},
+		Env: env, Timeout: time.Minute, Zygote: true})
+	if err != nil || r.ExitCode != 0 || !r.ViaZygote {
+		t.Fatalf("pytest --version with the zygote: exit %d via zygote %v (%s) %v", r.ExitCode, r.ViaZygote, r.ZygoteMiss, err)
+	}
 }

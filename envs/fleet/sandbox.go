@@ -29,6 +29,8 @@ var (
 	_ sandbox.Committer = (*Sandbox)(nil)
 	_ sandbox.Archiver  = (*Sandbox)(nil)
 	_ sandbox.DirMaker  = (*Sandbox)(nil)
+
+	_ sandbox.ZygoteStarter = (*Sandbox)(nil)
 )
 
 // newSandbox wraps inner, started on e when e had gone down downs times.
@@ -145,6 +147,20 @@ func (s *Sandbox) MakeDir(ctx context.Context, path string, forAgent bool) error
 		return fmt.Errorf("sandbox %s: mkdir: %w", s.inner.ID(), errors.ErrUnsupported)
 	}
 	return m.MakeDir(ctx, path, forAgent)
+}
+
+// StartZygote starts the inner sandbox's verifier zygote. An inner
+// sandbox that cannot keep one says so in the status, as one whose image
+// has no pytest does: the evaluation then runs the usual way.
+func (s *Sandbox) StartZygote(ctx context.Context, wait bool) (sandbox.ZygoteStatus, error) {
+	if err := s.check(); err != nil {
+		return sandbox.ZygoteStatus{}, err
+	}
+	z, ok := s.inner.(sandbox.ZygoteStarter)
+	if !ok {
+		return sandbox.ZygoteStatus{Error: fmt.Sprintf("sandbox %s keeps no verifier zygote", s.inner.ID())}, nil
+	}
+	return z.StartZygote(ctx, wait)
 }
 
 // Archive takes the agent's files as an archive.
