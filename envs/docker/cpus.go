@@ -2,6 +2,7 @@ package docker
 
 import (
 	"math"
+	"math/rand/v2"
 	"slices"
 	"strconv"
 	"strings"
@@ -26,7 +27,10 @@ import (
 // A sandbox gets ceil(Resources.CPUs) cores, at most all of them, so its
 // quota can still be spent in full. Balance is by count, not by load:
 // the cores of the fewest live sandboxes (warm, created or recycled ones
-// count too).
+// count too). A provider knows only its own sandboxes; among cores of
+// equal count it prefers them in an order of its own, drawn at random, so
+// that several processes sharing an engine do not all start on the same
+// cores.
 
 // cpuPins assigns cores to sandboxes.
 type cpuPins struct {
@@ -34,6 +38,8 @@ type cpuPins struct {
 	// users counts the live sandboxes pinned to each core; nil when
 	// pinning is off.
 	users []int
+	// rank orders cores of equal count: lower first.
+	rank []int
 	// held are the cores of each container, by id.
 	held map[string][]int
 }
@@ -44,6 +50,7 @@ func newCPUPins(n int, off bool) *cpuPins {
 	c := &cpuPins{held: map[string][]int{}}
 	if n >= 2 && !off {
 		c.users = make([]int, n)
+		c.rank = rand.Perm(n)
 	}
 	return c
 }
@@ -62,8 +69,13 @@ func (c *cpuPins) take(cpus float64) (string, []int) {
 	for i := range order {
 		order[i] = i
 	}
-	// Fewest users first; among equals, the lowest core.
-	slices.SortStableFunc(order, func(a, b int) int { return c.users[a] - c.users[b] })
+	// Fewest users first; among equals, the lowest rank.
+	slices.SortFunc(order, func(a, b int) int {
+		if d := c.users[a] - c.users[b]; d != 0 {
+			return d
+		}
+		return c.rank[a] - c.rank[b]
+	})
 	cores := order[:k]
 	slices.Sort(cores)
 	for _, i := range cores {

@@ -31,28 +31,41 @@ func TestCPUPinning(t *testing.T) {
 	if n < 2 {
 		t.Fatalf("CPUPins %v on a host of %d cores: sandboxes are not pinned", p.CPUPins(), runtime.NumCPU())
 	}
+	// The first n sandboxes take one core each, every core once; the next
+	// shares the core of the first (cores of equal count go in the
+	// provider's order).
 	var boxes []sandbox.Sandbox
+	var first []int
+	seen := map[int]bool{}
 	for i := range n + 1 {
 		sb := baseSandbox(t, p, sandbox.Spec{Resources: sandbox.Resources{CPUs: 1}})
 		boxes = append(boxes, sb)
-		// Core i for the first n, then core 0 again (all used once).
-		want := []int{i % n}
-		if got := pinnedTo(t, cli, sb); !slices.Equal(got, want) {
-			t.Errorf("sandbox %d pinned to %v, want %v", i, got, want)
+		got := pinnedTo(t, cli, sb)
+		if allowed := allowedCores(t, sb); !slices.Equal(allowed, got) {
+			t.Errorf("sandbox %d pinned to %v, but an agent command may run on cores %v", i, got, allowed)
 		}
-		if got := allowedCores(t, sb); !slices.Equal(got, want) {
-			t.Errorf("sandbox %d: an agent command may run on cores %v, want %v", i, got, want)
+		switch {
+		case len(got) != 1:
+			t.Fatalf("sandbox %d of 1 CPU pinned to %v, want one core", i, got)
+		case i == 0:
+			first = got
+		case i == n && !slices.Equal(got, first):
+			t.Errorf("sandbox %d pinned to %v, want %v: every core has one sandbox, and the first's comes first", i, got, first)
+		case i < n && seen[got[0]]:
+			t.Errorf("sandbox %d pinned to core %d, which has a sandbox already, while others have none", i, got[0])
 		}
+		seen[got[0]] = true
 	}
+	// The first sandbox's core has two sandboxes, the others one each: a
+	// sandbox of 1.5 CPUs gets two of the others (or both cores of a host
+	// of 2).
 	wide := baseSandbox(t, p, sandbox.Spec{Resources: sandbox.Resources{CPUs: 1.5}})
-	// Core 0 has two sandboxes; the others one each: the two with the
-	// fewest are 1 and 2 (or 1 alone and 0 on a host of 2 cores).
-	want := []int{1, 2}
-	if n == 2 {
-		want = []int{0, 1}
+	got := pinnedTo(t, cli, wide)
+	if allowed := allowedCores(t, wide); !slices.Equal(allowed, got) {
+		t.Errorf("the wide sandbox is pinned to %v, but an agent command may run on cores %v", got, allowed)
 	}
-	if got := allowedCores(t, wide); !slices.Equal(got, want) {
-		t.Errorf("a sandbox of 1.5 CPUs may run on cores %v, want %v", got, want)
+	if len(got) != 2 || n > 2 && slices.Contains(got, first[0]) {
+		t.Errorf("a sandbox of 1.5 CPUs pinned to %v, want 2 cores other than %d", got, first[0])
 	}
 	usage := p.CPUPins()
 	total := 0

@@ -76,6 +76,9 @@ func HoldZygoteTurn(p *Provider) (release func()) {
 // makes sandboxes.
 func SetCores(p *Provider, n, busy int) {
 	p.pins = newCPUPins(n, false)
+	for i := range n {
+		p.pins.rank[i] = i
+	}
 	for i := range busy {
 		p.pins.users[i]++
 	}
