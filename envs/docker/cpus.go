@@ -25,9 +25,11 @@ import (
 // the "floating" arm beside it).
 //
 // A sandbox gets ceil(Resources.CPUs) cores, at most all of them, so its
-// quota can still be spent in full. Balance is by count, not by load:
-// the cores of the fewest live sandboxes (warm, created or recycled ones
-// count too). A provider knows only its own sandboxes; among cores of
+// quota can still be spent in full. Balance is by count, not by load: a
+// new container goes to the cores with the fewest sandboxes serving a
+// session, then the fewest live ones (warm, created and recycled ones
+// count there); a reset served from the warm pool or by a recycled
+// sandbox takes the one whose cores serve the fewest sessions. A provider knows only its own sandboxes; among cores of
 // equal count it prefers them in an order of its own, drawn at random, so
 // that several processes sharing an engine do not all start on the same
 // cores.
@@ -40,6 +42,10 @@ type cpuPins struct {
 	users []int
 	// rank orders cores of equal count: lower first.
 	rank []int
+	// busy counts, for each core, the sandboxes pinned to it that serve
+	// a session; active holds their container ids.
+	busy   []int
+	active map[string]bool
 	// held are the cores of each container, by id.
 	held map[string][]int
 }
@@ -47,9 +53,10 @@ type cpuPins struct {
 // newCPUPins returns the pins of an engine with n cores; with n < 2 or
 // off, pinning is off.
 func newCPUPins(n int, off bool) *cpuPins {
-	c := &cpuPins{held: map[string][]int{}}
+	c := &cpuPins{held: map[string][]int{}, active: map[string]bool{}}
 	if n >= 2 && !off {
 		c.users = make([]int, n)
+		c.busy = make([]int, n)
 		c.rank = rand.Perm(n)
 	}
 	return c
@@ -69,8 +76,12 @@ func (c *cpuPins) take(cpus float64) (string, []int) {
 	for i := range order {
 		order[i] = i
 	}
-	// Fewest users first; among equals, the lowest rank.
+	// Fewest sessions first, then fewest sandboxes; among equals, the
+	// lowest rank.
 	slices.SortFunc(order, func(a, b int) int {
+		if d := c.busy[a] - c.busy[b]; d != 0 {
+			return d
+		}
 		if d := c.users[a] - c.users[b]; d != 0 {
 			return d
 		}
@@ -105,8 +116,54 @@ func (c *cpuPins) put(cores []int) {
 func (c *cpuPins) drop(id string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.setActive(id, false)
 	c.release(c.held[id])
 	delete(c.held, id)
+}
+
+// serve records that container id serves a session (on) or no longer
+// does (off).
+func (c *cpuPins) serve(id string, on bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.setActive(id, on)
+}
+
+// setActive is serve with c.mu held.
+func (c *cpuPins) setActive(id string, on bool) {
+	if c.active[id] == on || c.busy == nil {
+		return
+	}
+	d := -1
+	if on {
+		d = 1
+		c.active[id] = true
+	} else {
+		delete(c.active, id)
+	}
+	for _, i := range c.held[id] {
+		if i < len(c.busy) {
+			c.busy[i] += d
+		}
+	}
+}
+
+// load returns how many sessions the cores of container id serve, on
+// average over its cores (0 when it is not pinned).
+func (c *cpuPins) load(id string) float64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	cores := c.held[id]
+	if len(cores) == 0 || c.busy == nil {
+		return 0
+	}
+	n := 0
+	for _, i := range cores {
+		if i < len(c.busy) {
+			n += c.busy[i]
+		}
+	}
+	return float64(n) / float64(len(cores))
 }
 
 // release gives back cores; c.mu is held.
@@ -123,7 +180,7 @@ func (c *cpuPins) release(cores []int) {
 func (c *cpuPins) disable() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.users = nil
+	c.users, c.busy = nil, nil
 }
 
 // on says whether sandboxes are pinned.

@@ -40,6 +40,28 @@ func TestCPUPinsTake(t *testing.T) {
 	if u := c.usage(); !slices.Equal(u, []int{2, 2, 2, 2}) {
 		t.Fatalf("usage after drop and put %v, want [2 2 2 2]", u)
 	}
+
+	// Sessions count first: with core 3 serving one, a new container goes
+	// to one of the others (every core has two sandboxes; by rank, 2).
+	c.hold("a", []int{3})
+	c.serve("a", true)
+	c.serve("a", true) // counted once
+	if l := c.load("a"); l != 1 {
+		t.Fatalf("load of a serving sandbox's core %v, want 1", l)
+	}
+	if got, _ := c.take(1); got != "2" {
+		t.Fatalf("take(1) with core 3 serving a session = %q, want 2", got)
+	}
+	c.serve("a", false)
+	if l := c.load("a"); l != 0 {
+		t.Fatalf("load after the session ended %v, want 0", l)
+	}
+	c.serve("a", true)
+	c.drop("a") // a removed sandbox serves nothing
+	if l := c.load("a"); l != 0 || slices.Max(c.busy) != 0 {
+		t.Fatalf("after drop: load %v, busy %v", l, c.busy)
+	}
+
 	for _, off := range []*cpuPins{newCPUPins(1, false), newCPUPins(4, true)} {
 		if got, cores := off.take(1); got != "" || cores != nil || off.usage() != nil {
 			t.Errorf("pinning off: take = %q %v, usage %v", got, cores, off.usage())

@@ -11,6 +11,7 @@ import (
 
 	"github.com/docker/docker/client"
 
+	"github.com/gymserver/gymserver/envs/baseimage"
 	"github.com/gymserver/gymserver/envs/docker"
 	"github.com/gymserver/gymserver/envs/docker/dockertest"
 	"github.com/gymserver/gymserver/envs/sandbox"
@@ -159,4 +160,53 @@ func parseCores(t *testing.T, list string) []int {
 		}
 	}
 	return out
+}
+
+// TestCPUPinningPool checks that a reset served by a recycled sandbox gets
+// the one whose core serves the fewest sessions, not the one that waited
+// longest: on a host of 2 cores, sessions A (core 0), B (core 1) and C
+// (core 0) close in the order C, A, B; the next session takes C's
+// sandbox, and the one after must take B's (core 1), not A's.
+func TestCPUPinningPool(t *testing.T) {
+	p, cli := dockertest.NewWith(t, docker.Options{Reuse: 3})
+	docker.SetCores(p, 2, 0)
+	ctx := t.Context()
+	image, err := p.Prepare(ctx, sandbox.ImageSpec{BaseImage: baseimage.Python, WorkDir: "/workspace"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec := sandbox.Spec{Image: image, WorkDir: "/workspace", ShareUsr: true}
+	var abc []sandbox.Sandbox
+	for range 3 {
+		sb, err := p.Create(ctx, spec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		abc = append(abc, sb)
+	}
+	for i, want := range []int{0, 1, 0} {
+		if got := pinnedTo(t, cli, abc[i]); !slices.Equal(got, []int{want}) {
+			t.Fatalf("session %d pinned to %v, want core %d", i, got, want)
+		}
+	}
+	for n, i := range []int{2, 0, 1} {
+		if err := abc[i].Close(ctx); err != nil {
+			t.Fatal(err)
+		}
+		waitPooled(t, p, spec, n+1)
+	}
+	d, err := p.Create(ctx, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close(context.WithoutCancel(ctx))
+	e, err := p.Create(ctx, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close(context.WithoutCancel(ctx))
+	if d.ID() != abc[2].ID() || e.ID() != abc[1].ID() {
+		t.Errorf("sessions got the containers of C (core 0) then %s, want C's then B's (core 1, A's is on core 0 with C's)",
+			map[string]string{abc[0].ID(): "A's", abc[1].ID(): "B's", abc[2].ID(): "C's"}[e.ID()])
+	}
 }

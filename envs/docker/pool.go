@@ -62,8 +62,16 @@ func (p *Provider) takePooled(key string) *Sandbox {
 			p.mu.Unlock()
 			return nil
 		}
-		s := list[0]
-		p.pool[key] = list[1:]
+		// The sandbox whose cores serve the fewest sessions; among
+		// equals, the one that waited longest.
+		best := 0
+		for i := 1; i < len(list); i++ {
+			if p.pins.load(list[i].id) < p.pins.load(list[best].id) {
+				best = i
+			}
+		}
+		s := list[best]
+		p.pool[key] = slices.Delete(list, best, best+1)
 		p.mu.Unlock()
 		select {
 		case <-s.exec.Done():

@@ -100,6 +100,16 @@ type startPhases struct {
 // recycled), else a container started now. On failure nothing is left
 // behind.
 func (p *Provider) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sandbox, error) {
+	sb, err := p.createSession(ctx, spec)
+	if err == nil {
+		p.pins.serve(sb.ID(), true)
+	}
+	return sb, err
+}
+
+// createSession is Create but for counting the session on the sandbox's
+// cores.
+func (p *Provider) createSession(ctx context.Context, spec sandbox.Spec) (sandbox.Sandbox, error) {
 	if (p.opts.WarmPool <= 0 && p.opts.Reuse <= 0) || p.isSnapshot(spec.Image) {
 		// Forks of a snapshot are one-offs: no pool for them.
 		return p.create(ctx, spec)
@@ -707,6 +717,7 @@ func (s *Sandbox) CopyIn(ctx context.Context, files []sandbox.File) error {
 func (s *Sandbox) Close(ctx context.Context) error {
 	s.closeOnce.Do(func() {
 		s.retired.Store(true)
+		s.p.pins.serve(s.id, false)
 		if s.p.startRecycle(s) {
 			return
 		}
