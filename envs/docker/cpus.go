@@ -9,8 +9,8 @@ import (
 	"sync"
 )
 
-// Sandboxes are pinned to cores (a cpuset), each to the cores the fewest
-// live sandboxes use, unless Options.FloatCPUs is set.
+// Sandboxes are pinned to cores (a cpuset), unless Options.FloatCPUs is
+// set.
 //
 // Why: on this project's hosts (Linux 6.18, the EEVDF scheduler, cgroup
 // v1), when a sandbox's processes are spread over several cores, a
@@ -22,17 +22,17 @@ import (
 // the attach stream or the server: the executor's own timing of the
 // command held the wait. With each sandbox on its own core(s), 8 and 32
 // sessions stepping at once are served fairly (BenchmarkStepSessions,
-// the "floating" arm beside it).
+// its exec_floating arm beside it).
 //
 // A sandbox gets ceil(Resources.CPUs) cores, at most all of them, so its
 // quota can still be spent in full. Balance is by count, not by load: a
 // new container goes to the cores with the fewest sandboxes serving a
 // session, then the fewest live ones (warm, created and recycled ones
 // count there); a reset served from the warm pool or by a recycled
-// sandbox takes the one whose cores serve the fewest sessions. A provider knows only its own sandboxes; among cores of
-// equal count it prefers them in an order of its own, drawn at random, so
-// that several processes sharing an engine do not all start on the same
-// cores.
+// sandbox takes the one whose cores serve the fewest sessions. A
+// provider knows only its own sandboxes; among cores of equal count it
+// prefers them in an order of its own, drawn at random, so that several
+// processes sharing an engine do not all start on the same cores.
 
 // cpuPins assigns cores to sandboxes.
 type cpuPins struct {
