@@ -107,10 +107,10 @@ type Options struct {
 	// session it served; labels cannot change.
 	Reuse int
 	// FloatCPUs leaves sandboxes free to run on any core of the engine's
-	// host. By default each sandbox is pinned to the ceil(CPUs) cores
-	// that the fewest live sandboxes use, which keeps the scheduler fair
-	// between sandboxes when the host is busy (see cpus.go); an engine
-	// that refuses a cpuset turns pinning off by itself.
+	// host. By default each sandbox is pinned to ceil(CPUs) cores, those
+	// serving the fewest sessions, which keeps the scheduler fair between
+	// sandboxes when the host is busy (see cpus.go); an engine that
+	// refuses a cpuset turns pinning off by itself.
 	FloatCPUs bool
 	// OrphanAfter is how long a container that prepares an image lives
 	// without an attached executor (default 2 minutes; negative:
