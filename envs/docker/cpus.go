@@ -183,13 +183,6 @@ func (c *cpuPins) disable() {
 	c.users, c.busy = nil, nil
 }
 
-// on says whether sandboxes are pinned.
-func (c *cpuPins) on() bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.users != nil
-}
-
 // usage returns how many live sandboxes are pinned to each core (nil
 // when pinning is off).
 func (c *cpuPins) usage() []int {

@@ -64,10 +64,10 @@ func (p *Provider) takePooled(key string) *Sandbox {
 		}
 		// The sandbox whose cores serve the fewest sessions; among
 		// equals, the one that waited longest.
-		best := 0
+		best, least := 0, p.pins.load(list[0].id)
 		for i := 1; i < len(list); i++ {
-			if p.pins.load(list[i].id) < p.pins.load(list[best].id) {
-				best = i
+			if l := p.pins.load(list[i].id); l < least {
+				best, least = i, l
 			}
 		}
 		s := list[best]
