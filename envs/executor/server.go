@@ -47,14 +47,14 @@ type Options struct {
 
 // Main is the entry of the executor binary; args[0] is the mode:
 //
-//	serve [--workdir DIR] [--agent UID:GID] [--close-root-group]
+//	serve [--workdir DIR] [--agent UID:GID] [--close-root-group] [--no-network]
 //	                                       answer requests on stdin/stdout
 //	idle                                   block until SIGTERM or SIGINT
 //
 // It returns the process exit code.
 func Main(args []string) int {
 	if len(args) == 0 {
-		fmt.Fprintln(os.Stderr, "executor: usage: serve [--workdir DIR] [--agent UID:GID] [--close-root-group] | idle")
+		fmt.Fprintln(os.Stderr, "executor: usage: serve [--workdir DIR] [--agent UID:GID] [--close-root-group] [--no-network] | idle")
 		return 2
 	}
 	switch args[0] {
@@ -65,6 +65,7 @@ func Main(args []string) int {
 		workdir := fs.String("workdir", "", "working directory for relative paths and commands")
 		agent := fs.String("agent", "", "run commands and file operations as `UID:GID` (the executor must be root)")
 		closeRoot := fs.Bool("close-root-group", false, "clear the group bits of / where that changes no one's access (see closeRootGroup)")
+		noNetwork := fs.Bool("no-network", false, "check that loopback is the only network interface and write /etc/hosts (see setUpNoNetwork)")
 		if err := fs.Parse(args[1:]); err != nil {
 			return 2
 		}
@@ -85,6 +86,16 @@ func Main(args []string) int {
 			// Only speed depends on it: a failure is logged, not fatal.
 			if _, err := closeRootGroup("/", cred); err != nil {
 				logger.Warn("close the group bits of /", "err", err)
+			}
+		}
+		if *noNetwork {
+			dev, err := os.ReadFile("/proc/net/dev")
+			if err == nil {
+				err = setUpNoNetwork(dev, "/etc/hosts")
+			}
+			if err != nil {
+				fmt.Fprintln(os.Stderr, "executor:", err)
+				return 1
 			}
 		}
 		tuneRuntime()
