@@ -1,15 +1,19 @@
 package docker_test
 
 import (
+	"context"
 	"fmt"
 	"net"
 	"os"
 	"strings"
 	"testing"
 
+	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/network"
 	"github.com/docker/docker/client"
+	"github.com/docker/docker/pkg/stdcopy"
 
+	"github.com/gymserver/gymserver/envs/baseimage"
 	"github.com/gymserver/gymserver/envs/sandbox"
 )
 
@@ -147,4 +151,48 @@ func bridgeAddress(t *testing.T, cli *client.Client) net.IP {
 	}
 	t.Fatalf("no host address in the bridge network's subnets %+v", bridge.IPAM.Config)
 	return nil
+}
+
+// TestNoNetworkRefused runs the executor of a prepared image with
+// --no-network in a container that has a network (the engine's bridge),
+// as an engine that ignored NetworkDisabled would: it must refuse to
+// serve, name the interface, and leave the engine's /etc/hosts alone.
+func TestNoNetworkRefused(t *testing.T) {
+	p, cli := newProvider(t)
+	ctx := t.Context()
+	image, err := p.Prepare(ctx, sandbox.ImageSpec{BaseImage: baseimage.Python, WorkDir: "/workspace"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := cli.ContainerCreate(ctx, &container.Config{Image: image, User: "0:0",
+		Cmd:    []string{"/bin/sh", "-c", "/.gymserver/executor serve --no-network </dev/null; echo exit=$?; cat /etc/hosts"},
+		Labels: map[string]string{sandbox.LabelOwner: p.Owner()}},
+		&container.HostConfig{NetworkMode: "bridge"}, nil, nil, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.ContainerRemove(context.Background(), c.ID, container.RemoveOptions{Force: true})
+	waitC, errC := cli.ContainerWait(ctx, c.ID, container.WaitConditionNextExit)
+	if err := cli.ContainerStart(ctx, c.ID, container.StartOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-waitC:
+	case err := <-errC:
+		t.Fatal(err)
+	}
+	logs, err := cli.ContainerLogs(ctx, c.ID, container.LogsOptions{ShowStdout: true, ShowStderr: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out, errOut strings.Builder
+	if _, err := stdcopy.StdCopy(&out, &errOut, logs); err != nil {
+		t.Fatal(err)
+	}
+	// The engine's hosts file of a bridge container names the container.
+	if !strings.Contains(out.String(), "exit=1") || !strings.Contains(errOut.String(), `interface "eth0"`) ||
+		!strings.Contains(out.String(), c.ID[:12]) {
+		t.Errorf("executor --no-network on the bridge network: stdout %q, stderr %q: want a refusal naming eth0, the engine's /etc/hosts kept",
+			out.String(), errOut.String())
+	}
 }
