@@ -7,14 +7,20 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/filters"
 	"github.com/docker/docker/api/types/network"
 	"github.com/docker/docker/client"
 	"github.com/docker/docker/pkg/stdcopy"
 
 	"github.com/gymserver/gymserver/envs/baseimage"
+	"github.com/gymserver/gymserver/envs/docker"
+	"github.com/gymserver/gymserver/envs/docker/dockertest"
 	"github.com/gymserver/gymserver/envs/sandbox"
+	"github.com/gymserver/gymserver/gym"
+	"github.com/gymserver/gymserver/internal/waittest"
 )
 
 // netProbe is run by python3 in a sandbox: it prints the interfaces, the
@@ -195,4 +201,32 @@ func TestNoNetworkRefused(t *testing.T) {
 		t.Errorf("executor --no-network on the bridge network: stdout %q, stderr %q: want a refusal naming eth0, the engine's /etc/hosts kept",
 			out.String(), errOut.String())
 	}
+}
+
+// TestExecutorStartFailureSaid checks that a sandbox whose executor ends
+// before it answers (here, given a mode it does not know) fails to start
+// with an error that quotes the executor's last message, and leaves no
+// container.
+func TestExecutorStartFailureSaid(t *testing.T) {
+	prep, _ := newProvider(t)
+	ctx := t.Context()
+	image, err := prep.Prepare(ctx, sandbox.ImageSpec{BaseImage: baseimage.Python, WorkDir: "/workspace"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, cli := dockertest.NewWith(t, docker.Options{ExecutorArgs: []string{"no-such-mode"}})
+	sb, err := p.Create(ctx, sandbox.Spec{Image: image, WorkDir: "/workspace"})
+	if err == nil {
+		sb.Close(context.Background())
+		t.Fatal("a sandbox whose executor cannot start was made")
+	}
+	if gym.ClassOf(err) != gym.ClassSandbox || !strings.Contains(err.Error(), `its last message: "executor: unknown mode \"no-such-mode\""`) {
+		t.Errorf("error %v (class %v): want a sandbox error quoting the executor's last message", err, gym.ClassOf(err))
+	}
+	// The container is removed in the background.
+	waittest.Until(t, "the container removed", 30*time.Second, func() (bool, error) {
+		list, err := cli.ContainerList(ctx, container.ListOptions{All: true,
+			Filters: filters.NewArgs(filters.Arg("label", sandbox.LabelOwner+"="+p.Owner()))})
+		return len(list) == 0, err
+	})
 }

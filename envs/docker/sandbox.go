@@ -48,6 +48,8 @@ type Sandbox struct {
 	conn    types.HijackedResponse
 	// copied ends when the stream demultiplexer stops.
 	copied chan struct{}
+	// stderr is where the executor's stderr goes, once attached.
+	stderr *logLines
 	// phases is how long each step of the container's start took.
 	phases startPhases
 	// poolKey is the warm pool it belongs to (see Options.WarmPool), or
@@ -420,11 +422,12 @@ func (s *Sandbox) attach(ctx context.Context) error {
 		return gym.Classify(fmt.Errorf("docker: attach to %s: %w", shortID(s.id), err), gym.ClassSandbox)
 	}
 	s.conn = conn
+	s.stderr = &logLines{log: p.log, container: shortID(s.id)}
 	pr, pw := io.Pipe()
 	s.copied = make(chan struct{})
 	go func() {
 		defer close(s.copied)
-		stderr := &logLines{log: p.log, container: shortID(s.id)}
+		stderr := s.stderr
 		_, err := stdcopy.StdCopy(pw, stderr, conn.Reader)
 		if err == nil {
 			err = io.EOF
@@ -461,6 +464,15 @@ func (s *Sandbox) SessionID() string { return s.session }
 func (s *Sandbox) diagnose(err error) error {
 	if gym.ClassOf(err) != gym.ClassSandbox {
 		return err
+	}
+	// What the executor said last, if its stream ended: a refusal to
+	// start (e.g. --no-network finding an interface) says why.
+	select {
+	case <-s.copied:
+		if last := s.stderr.lastLine(); last != "" {
+			err = fmt.Errorf("%w (its last message: %q)", err, last)
+		}
+	default:
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -766,11 +778,16 @@ func envList(env map[string]string) []string {
 	return out
 }
 
-// logLines logs the executor's stderr line by line.
+// logLines logs the executor's stderr line by line and keeps the last
+// line, for an error that its stream ended (see Sandbox.diagnose).
 type logLines struct {
 	log       interface{ Warn(string, ...any) }
 	container string
 	buf       []byte
+
+	// mu guards last.
+	mu   sync.Mutex
+	last string
 }
 
 func (l *logLines) Write(p []byte) (int, error) {
@@ -780,8 +797,22 @@ func (l *logLines) Write(p []byte) (int, error) {
 		if i < 0 {
 			break
 		}
-		l.log.Warn("executor: "+string(l.buf[:i]), "container", l.container)
+		line := string(l.buf[:i])
+		l.log.Warn("executor: "+line, "container", l.container)
+		l.mu.Lock()
+		l.last = line
+		l.mu.Unlock()
 		l.buf = l.buf[i+1:]
 	}
 	return len(p), nil
+}
+
+// lastLine returns the last whole line written, or "".
+func (l *logLines) lastLine() string {
+	if l == nil {
+		return ""
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.last
 }
