@@ -178,15 +178,7 @@ func TestNoNetworkRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cli.ContainerRemove(context.Background(), c.ID, container.RemoveOptions{Force: true})
-	waitC, errC := cli.ContainerWait(ctx, c.ID, container.WaitConditionNextExit)
-	if err := cli.ContainerStart(ctx, c.ID, container.StartOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case <-waitC:
-	case err := <-errC:
-		t.Fatal(err)
-	}
+	runToExit(t, cli, c.ID)
 	logs, err := cli.ContainerLogs(ctx, c.ID, container.LogsOptions{ShowStdout: true, ShowStderr: true})
 	if err != nil {
 		t.Fatal(err)

@@ -51,17 +51,8 @@ func derivedBase(t *testing.T, cli *client.Client, cmd string) string {
 		t.Fatal(err)
 	}
 	defer cli.ContainerRemove(context.Background(), c.ID, container.RemoveOptions{Force: true})
-	waitC, errC := cli.ContainerWait(ctx, c.ID, container.WaitConditionNextExit)
-	if err := cli.ContainerStart(ctx, c.ID, container.StartOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case r := <-waitC:
-		if r.StatusCode != 0 {
-			t.Fatalf("%s: exit %d", cmd, r.StatusCode)
-		}
-	case err := <-errC:
-		t.Fatal(err)
+	if code := runToExit(t, cli, c.ID); code != 0 {
+		t.Fatalf("%s: exit %d", cmd, code)
 	}
 	ref := "gymserver-test-usr:" + strings.ToLower(strings.ReplaceAll(t.Name(), "/", "-"))
 	if _, err := cli.ContainerCommit(ctx, c.ID, container.CommitOptions{Reference: ref}); err != nil {
@@ -286,4 +277,21 @@ func TestSharedUsrFirstUseAtOnce(t *testing.T) {
 	if err != nil || len(removed) != 1 || removed[0] != "gymserver-usr-000000000000-bin" {
 		t.Errorf("prune of a gone base's volume: removed %v, %v", removed, err)
 	}
+}
+
+// runToExit starts the created container id and returns its exit code
+// once it has exited.
+func runToExit(t *testing.T, cli *client.Client, id string) int64 {
+	t.Helper()
+	waitC, errC := cli.ContainerWait(t.Context(), id, container.WaitConditionNextExit)
+	if err := cli.ContainerStart(t.Context(), id, container.StartOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case r := <-waitC:
+		return r.StatusCode
+	case err := <-errC:
+		t.Fatal(err)
+	}
+	return 0
 }
