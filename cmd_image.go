@@ -225,6 +225,9 @@ func runImagePrune(ctx context.Context, args []string, stdout, stderr io.Writer)
 		vols, verr := docker.PruneUsrVolumes(ctx, cli)
 		out.Volumes = append(out.Volumes, vols...)
 		err = errors.Join(err, verr)
+		vols, verr = docker.PruneExecutorVolumes(ctx, cli, hash)
+		out.Volumes = append(out.Volumes, vols...)
+		err = errors.Join(err, verr)
 	}
 	var freed int64
 	for _, r := range results {

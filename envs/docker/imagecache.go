@@ -562,6 +562,13 @@ func (p *Provider) pruneStaleImages(ctx context.Context) {
 	if len(vols) > 0 {
 		p.log.Info("removed shared /usr volumes of removed images", "volumes", vols)
 	}
+	vols, err = PruneExecutorVolumes(ctx, p.cli, p.execHash)
+	if err != nil {
+		p.log.Warn("removing executor volumes of older executors failed", "err", err)
+	}
+	if len(vols) > 0 {
+		p.log.Info("removed executor volumes of older executors", "volumes", vols)
+	}
 }
 
 // enforceCacheCap removes the least recently used cache images beyond

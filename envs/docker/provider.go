@@ -154,6 +154,10 @@ type Options struct {
 	// fuse-overlayfs engine (see the executor's --close-root-group); for
 	// comparisons.
 	KeepRootMode bool
+	// ImageExecutor runs each sandbox's executor from its image's copy,
+	// read through the storage driver, instead of from the shared executor
+	// volume (see executorBind); for comparisons.
+	ImageExecutor bool
 	// ZygoteImports is how many verifier zygotes may import pytest at once
 	// on the engine (0: half the engine's CPUs, at least 1). A zygote's
 	// low priority counts only inside its container: the engine shares
@@ -222,6 +226,9 @@ type Provider struct {
 	// usrBase is the base image id each image ref shares /usr with (""
 	// for none), as its gymserver.usr-base label says.
 	usrBase map[string]string
+	// exec is the shared executor volume (see executorBind), nil until
+	// the first sandbox asks for it.
+	exec *execShare
 	// zygoteTurns holds a token for each verifier zygote importing now
 	// (see Options.ZygoteImports).
 	zygoteTurns chan struct{}

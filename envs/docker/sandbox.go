@@ -344,6 +344,9 @@ func (p *Provider) makeContainer(ctx context.Context, spec sandbox.Spec) (*Sandb
 	if spec.ShareUsr {
 		host.Binds = p.usrBinds(ctx, spec.Image)
 	}
+	if b := p.executorBind(ctx, spec.Image); b != "" {
+		host.Binds = append(host.Binds, b)
+	}
 	p.limitDisk(host, res)
 	var cores []int
 	host.CpusetCpus, cores = p.pins.take(res.CPUs)

@@ -37,6 +37,12 @@ var stepCommand = []string{"/bin/sh", "-c", "echo hi"}
 // tight loop directly inside one sandbox, one loop per core, with no
 // transport at all.
 //
+// At 8 and 128 sessions, exec_image_executor runs the same steps in
+// sandboxes whose executor is their image's copy, read through the storage
+// driver (Options.ImageExecutor), as before the shared executor volume;
+// the benchmark then logs how CPU per step grows from 8 to 128 sessions
+// for both.
+//
 // At 8 and 32 sessions, exec_floating runs the same steps in sandboxes
 // of a provider that does not pin them to cores (Options.FloatCPUs), as
 // every sandbox ran before pinning: its p99/p50 beside ours shows what
@@ -81,6 +87,20 @@ func BenchmarkStepSessions(b *testing.B) {
 		}
 		return ceilingBox
 	}
+	// The same steps in sandboxes that run their image's copy of the
+	// executor, read through the storage driver, as before the shared
+	// executor volume (Options.ImageExecutor), at 8 and 128 sessions.
+	ip, _ := dockertest.NewWith(b, docker.Options{ImageExecutor: true,
+		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))})
+	var imageExec []sandbox.Sandbox
+	defer func() {
+		for _, sb := range imageExec {
+			sb.Close(ctx)
+		}
+	}()
+	growImageExec := grower(ip, &imageExec)
+	// cpu is the CPU per step of each arm, by its name.
+	cpu := map[string]float64{}
 	for _, n := range []int{8, 32, 128} {
 		for _, mode := range []string{"exec", "shell"} {
 			req := sandbox.ExecRequest{Argv: stepCommand, Timeout: time.Minute}
@@ -91,12 +111,29 @@ func BenchmarkStepSessions(b *testing.B) {
 			if n == 128 && mode == "exec" {
 				c = ceiling
 			}
-			stepSessions(b, fmt.Sprintf("sessions=%d/%s", n, mode), n, req, grow, &boxes, p, c)
+			stepSessions(b, fmt.Sprintf("sessions=%d/%s", n, mode), n, req, grow, &boxes, p, c, cpu)
 			if mode == "exec" && n <= 32 {
-				stepSessions(b, fmt.Sprintf("sessions=%d/exec_floating", n), n, req, growFloating, &floating, fp, nil)
+				stepSessions(b, fmt.Sprintf("sessions=%d/exec_floating", n), n, req, growFloating, &floating, fp, nil, cpu)
+			}
+			if mode == "exec" && n != 32 {
+				stepSessions(b, fmt.Sprintf("sessions=%d/exec_image_executor", n), n, req, growImageExec, &imageExec, ip, nil, cpu)
 			}
 		}
 	}
+	// The sandboxes of the comparison go before the idle phase.
+	for _, sb := range imageExec {
+		sb.Close(ctx)
+	}
+	imageExec = nil
+	growth := func(arm string) string {
+		lo, hi := cpu["sessions=8/"+arm], cpu["sessions=128/"+arm]
+		if lo == 0 || hi == 0 {
+			return "not measured"
+		}
+		return fmt.Sprintf("%.2f -> %.2f ms (%+.0f %%)", lo, hi, 100*(hi/lo-1))
+	}
+	fmt.Printf("BenchmarkStepSessions: CPU per step from 8 to 128 sessions: shared executor %s; image's executor (before) %s\n",
+		growth("exec"), growth("exec_image_executor"))
 	b.Run("idle=128", func(b *testing.B) {
 		b.StopTimer()
 		grow(b, 128)
@@ -431,7 +468,7 @@ func warmUp(b *testing.B, boxes []sandbox.Sandbox, req sandbox.ExecRequest) {
 // times, each followed by the ceiling measured in the same number of runs,
 // and the verdict is the median of the rounds' ratios.
 func stepSessions(b *testing.B, name string, n int, req sandbox.ExecRequest, grow func(*testing.B, int), made *[]sandbox.Sandbox,
-	p *docker.Provider, ceiling func(*testing.B) sandbox.Sandbox) {
+	p *docker.Provider, ceiling func(*testing.B) sandbox.Sandbox, cpu map[string]float64) {
 	b.Run(name, func(b *testing.B) {
 		b.StopTimer()
 		grow(b, n)
@@ -443,6 +480,7 @@ func stepSessions(b *testing.B, name string, n int, req sandbox.ExecRequest, gro
 			run := runSteps(b, p, boxes, req, b.N)
 			b.StopTimer()
 			run.report(b)
+			cpu[name] = run.perStep(run.cpu.total())
 			return
 		}
 		csb := ceiling(b)
@@ -467,6 +505,7 @@ func stepSessions(b *testing.B, name string, n int, req sandbox.ExecRequest, gro
 			}
 		}
 		runs[best].report(b)
+		cpu[name] = runs[best].perStep(runs[best].cpu.total())
 		b.ReportMetric(medianOf(ceilings), "ceiling_runs/s")
 		b.ReportMetric(100*mid, "of_ceiling_%")
 		var p99s []float64

@@ -140,120 +140,149 @@ func (p *Provider) makeUsrVolumes(ctx context.Context, base string) ([]string, e
 		}
 		return out
 	}
-	// known looks for the markers: the volumes are complete (-ok), or
-	// base cannot share them (-no); done says which was found.
-	known := func() (out []string, done bool, err error) {
+	// The engine copies the base's directories into the new, empty
+	// volumes when the container is created; the container then checks
+	// them.
+	fill := func(ctx context.Context) (bool, error) {
+		code, err := p.runOnce(ctx, &container.Config{
+			Image: base,
+			Cmd:   []string{"/bin/sh", "-c", usrCheck},
+			User:  machineUser,
+		}, binds(""))
+		if err != nil {
+			return false, fmt.Errorf("copy /usr into volumes and check them: %w", err)
+		}
+		if code != 0 {
+			p.log.Info("base image lets non-root users write under /usr/bin or /usr/lib: no shared /usr volumes", "base", shortID(trimDigest(base)), "exit", code)
+			return false, nil
+		}
+		p.log.Info("made the shared /usr volumes", "base", shortID(trimDigest(base)), "volumes", prefix+"-{bin,lib}")
+		return true, nil
+	}
+	ok, err := p.volumesOnce(ctx, prefix, base, names, map[string]string{labelUsrOf: base}, fill)
+	if !ok || err != nil {
+		return nil, err
+	}
+	return binds(":ro,nocopy"), nil
+}
+
+// volumesOnce makes a set of volumes, names, once per engine: fill runs
+// with them new and empty, fills them, and says whether they can be used.
+// Two marker volumes keep its verdict for other processes and later runs:
+// prefix-ok (usable) and prefix-no (not). The process that finds neither
+// takes a lock, a container named prefix-lock of lockImage (a container's
+// name is unique on an engine), and runs fill; the others wait for a
+// marker. The lock carries the owner's labels, so the reaper removes it
+// after a crash. Every volume and marker carries labels. It returns the
+// verdict: true when the volumes can be used.
+func (p *Provider) volumesOnce(ctx context.Context, prefix, lockImage string, names []string, labels map[string]string,
+	fill func(ctx context.Context) (bool, error)) (bool, error) {
+	// known looks for the markers; done says whether one was found.
+	known := func() (ok, done bool, err error) {
 		for _, m := range []string{"-ok", "-no"} {
 			_, err := p.cli.VolumeInspect(ctx, prefix+m)
 			if isNotFound(err) {
 				continue
 			}
 			if err != nil {
-				return nil, false, err
+				return false, false, err
 			}
-			if m == "-ok" {
-				return binds(":ro,nocopy"), true, nil
-			}
-			return nil, true, nil
+			return m == "-ok", true, nil
 		}
-		return nil, false, nil
+		return false, false, nil
 	}
-	if out, done, err := known(); done || err != nil {
-		return out, err
+	if ok, done, err := known(); done || err != nil {
+		return ok, err
 	}
-	// One maker per engine: a container's name is unique there, so the
-	// process that creates the lock container makes the volumes, and the
-	// others (other servers on the engine) wait for a marker. The lock
-	// carries the owner's labels, so the reaper removes it after a crash.
-	lock, err := p.cli.ContainerCreate(ctx, &container.Config{Image: base, Cmd: []string{"true"}, Labels: p.labels(nil)},
+	lock, err := p.cli.ContainerCreate(ctx, &container.Config{Image: lockImage, Cmd: []string{"true"}, Labels: p.labels(nil)},
 		&container.HostConfig{NetworkMode: "none"}, nil, nil, prefix+"-lock")
 	if errdefs.IsConflict(err) {
 		for {
 			select {
 			case <-ctx.Done():
-				return nil, fmt.Errorf("another process makes the volumes: %w", ctx.Err())
+				return false, fmt.Errorf("another process makes the volumes: %w", ctx.Err())
 			case <-time.After(usrWaitPoll):
 			}
-			if out, done, err := known(); done || err != nil {
-				return out, err
+			if ok, done, err := known(); done || err != nil {
+				return ok, err
 			}
 		}
 	}
 	if err != nil {
-		return nil, fmt.Errorf("lock: %w", err)
+		return false, fmt.Errorf("lock: %w", err)
 	}
 	defer func() {
 		if err := p.cli.ContainerRemove(context.WithoutCancel(ctx), lock.ID, container.RemoveOptions{Force: true}); err != nil && !isNotFound(err) {
-			p.log.Warn("remove the lock of the /usr volumes", "container", shortID(lock.ID), "err", err)
+			p.log.Warn("remove the lock of shared volumes", "container", shortID(lock.ID), "err", err)
 		}
 	}()
-	if out, done, err := known(); done || err != nil { // made while we took the lock
-		return out, err
+	if ok, done, err := known(); done || err != nil { // made while we took the lock
+		return ok, err
 	}
-	// What an earlier attempt left is made again: the engine copies the
-	// image's files only into an empty volume.
-	labels := map[string]string{labelUsrOf: base}
+	// What an earlier attempt left is made again: the engine copies an
+	// image's files only into an empty volume, and a half-filled one must
+	// not be used.
 	for _, n := range names {
 		if err := p.cli.VolumeRemove(ctx, n, false); err != nil && !isNotFound(err) {
-			return nil, fmt.Errorf("remove incomplete volume %s: %w", n, err)
+			return false, fmt.Errorf("remove incomplete volume %s: %w", n, err)
 		}
 		if _, err := p.cli.VolumeCreate(ctx, volume.CreateOptions{Name: n, Labels: labels}); err != nil {
-			return nil, fmt.Errorf("create volume %s: %w", n, err)
+			return false, fmt.Errorf("create volume %s: %w", n, err)
 		}
 	}
-	// The engine copies the base's directories into the volumes when the
-	// container is created; the container then checks them.
-	created, err := p.cli.ContainerCreate(ctx, &container.Config{
-		Image:  base,
-		Cmd:    []string{"/bin/sh", "-c", usrCheck},
-		User:   machineUser,
-		Labels: p.labels(nil),
-	}, &container.HostConfig{
+	ok, err := fill(ctx)
+	if err != nil {
+		return false, err
+	}
+	marker := prefix + "-ok"
+	if !ok {
+		// The volumes go; the marker says so to the other processes and
+		// to later runs.
+		for _, n := range names {
+			if err := p.cli.VolumeRemove(ctx, n, false); err != nil && !isNotFound(err) {
+				return false, fmt.Errorf("remove volume %s: %w", n, err)
+			}
+		}
+		marker = prefix + "-no"
+	}
+	if _, err := p.cli.VolumeCreate(ctx, volume.CreateOptions{Name: marker, Labels: labels}); err != nil {
+		return false, fmt.Errorf("create volume %s: %w", marker, err)
+	}
+	return ok, nil
+}
+
+// runOnce creates a container of cfg with binds, no network and no log,
+// runs it to its end and removes it, and returns its exit code. The
+// engine fills empty volumes among binds from the image at the create.
+func (p *Provider) runOnce(ctx context.Context, cfg *container.Config, binds []string) (int64, error) {
+	cfg.Labels = p.labels(nil)
+	created, err := p.cli.ContainerCreate(ctx, cfg, &container.HostConfig{
 		NetworkMode: "none",
-		Binds:       binds(""),
+		Binds:       binds,
 		LogConfig:   container.LogConfig{Type: "none"},
 	}, nil, nil, "")
 	if err != nil {
-		return nil, fmt.Errorf("copy /usr into volumes: %w", err)
+		return 0, err
 	}
-	defer func() {
-		if err := p.cli.ContainerRemove(context.WithoutCancel(ctx), created.ID, container.RemoveOptions{Force: true}); err != nil && !isNotFound(err) {
-			p.log.Warn("remove the container that made the /usr volumes", "container", shortID(created.ID), "err", err)
-		}
-	}()
+	defer p.removeHelper(ctx, created.ID)
 	waitC, errC := p.cli.ContainerWait(ctx, created.ID, container.WaitConditionNextExit)
 	if err := p.cli.ContainerStart(ctx, created.ID, container.StartOptions{}); err != nil {
-		return nil, fmt.Errorf("check the /usr volumes: %w", err)
+		return 0, err
 	}
-	var code int64
 	select {
 	case r := <-waitC:
-		code = r.StatusCode
+		return r.StatusCode, nil
 	case err := <-errC:
-		return nil, fmt.Errorf("check the /usr volumes: %w", err)
+		return 0, err
 	}
-	if code != 0 {
-		p.log.Info("base image lets non-root users write under /usr/bin or /usr/lib: no shared /usr volumes", "base", shortID(trimDigest(base)), "exit", code)
-		// The volumes go (the container that holds them first); the
-		// marker says so to the other processes and to later runs.
-		if err := p.cli.ContainerRemove(ctx, created.ID, container.RemoveOptions{Force: true}); err != nil {
-			return nil, fmt.Errorf("remove the check container: %w", err)
-		}
-		for _, n := range names {
-			if err := p.cli.VolumeRemove(ctx, n, false); err != nil && !isNotFound(err) {
-				return nil, fmt.Errorf("remove volume %s: %w", n, err)
-			}
-		}
-		if _, err := p.cli.VolumeCreate(ctx, volume.CreateOptions{Name: prefix + "-no", Labels: labels}); err != nil {
-			return nil, fmt.Errorf("create volume %s-no: %w", prefix, err)
-		}
-		return nil, nil
+}
+
+// removeHelper removes a container the provider made for its own work,
+// logging a failure.
+func (p *Provider) removeHelper(ctx context.Context, id string) {
+	if err := p.cli.ContainerRemove(context.WithoutCancel(ctx), id, container.RemoveOptions{Force: true}); err != nil && !isNotFound(err) {
+		p.log.Warn("remove a helper container", "container", shortID(id), "err", err)
 	}
-	if _, err := p.cli.VolumeCreate(ctx, volume.CreateOptions{Name: prefix + "-ok", Labels: labels}); err != nil {
-		return nil, fmt.Errorf("create volume %s-ok: %w", prefix, err)
-	}
-	p.log.Info("made the shared /usr volumes", "base", shortID(trimDigest(base)), "volumes", prefix+"-{bin,lib}")
-	return binds(":ro,nocopy"), nil
 }
 
 // usrUnchanged reports whether the prepare container id left /usr/bin
