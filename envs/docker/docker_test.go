@@ -97,8 +97,12 @@ func TestContainerHardening(t *testing.T) {
 		hc.PidsLimit == nil || *hc.PidsLimit != 100 {
 		t.Errorf("host config: network %s privileged %v memory %d cpus %d pids %v", hc.NetworkMode, hc.Privileged, hc.Memory, hc.NanoCPUs, hc.PidsLimit)
 	}
-	if len(hc.CapDrop) != 1 || hc.CapDrop[0] != "ALL" || len(hc.Binds) != 0 {
-		t.Errorf("cap drop %v binds %v", hc.CapDrop, hc.Binds)
+	if len(hc.CapDrop) != 1 || hc.CapDrop[0] != "ALL" {
+		t.Errorf("cap drop %v", hc.CapDrop)
+	}
+	// The only binds are the shared executor's volume, read-only.
+	if len(hc.Binds) != 1 || !strings.HasPrefix(hc.Binds[0], "gymserver-exec-") || !strings.HasSuffix(hc.Binds[0], ":/.gymserver:ro") {
+		t.Errorf("binds %v", hc.Binds)
 	}
 	opts := append([]string(nil), hc.SecurityOpt...)
 	sort.Strings(opts)
