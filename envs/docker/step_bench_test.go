@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -37,11 +38,10 @@ var stepCommand = []string{"/bin/sh", "-c", "echo hi"}
 // tight loop directly inside one sandbox, one loop per core, with no
 // transport at all.
 //
-// At 8 and 128 sessions, exec_image_executor runs the same steps in
-// sandboxes whose executor is their image's copy, read through the storage
-// driver (Options.ImageExecutor), as before the shared executor volume;
-// the benchmark then logs how CPU per step grows from 8 to 128 sessions
-// for both.
+// cpu_growth measures how CPU per step grows from 8 to 128 sessions, for
+// these sandboxes and for sandboxes whose executor is their image's copy,
+// read through the storage driver (Options.ImageExecutor), as before the
+// shared executor volume: see cpuGrowth.
 //
 // At 8 and 32 sessions, exec_floating runs the same steps in sandboxes
 // of a provider that does not pin them to cores (Options.FloatCPUs), as
@@ -99,8 +99,6 @@ func BenchmarkStepSessions(b *testing.B) {
 		}
 	}()
 	growImageExec := grower(ip, &imageExec)
-	// cpu is the CPU per step of each arm, by its name.
-	cpu := map[string]float64{}
 	for _, n := range []int{8, 32, 128} {
 		for _, mode := range []string{"exec", "shell"} {
 			req := sandbox.ExecRequest{Argv: stepCommand, Timeout: time.Minute}
@@ -111,29 +109,26 @@ func BenchmarkStepSessions(b *testing.B) {
 			if n == 128 && mode == "exec" {
 				c = ceiling
 			}
-			stepSessions(b, fmt.Sprintf("sessions=%d/%s", n, mode), n, req, grow, &boxes, p, c, cpu)
+			stepSessions(b, fmt.Sprintf("sessions=%d/%s", n, mode), n, req, grow, &boxes, p, c)
 			if mode == "exec" && n <= 32 {
-				stepSessions(b, fmt.Sprintf("sessions=%d/exec_floating", n), n, req, growFloating, &floating, fp, nil, cpu)
-			}
-			if mode == "exec" && n != 32 {
-				stepSessions(b, fmt.Sprintf("sessions=%d/exec_image_executor", n), n, req, growImageExec, &imageExec, ip, nil, cpu)
+				stepSessions(b, fmt.Sprintf("sessions=%d/exec_floating", n), n, req, growFloating, &floating, fp, nil)
 			}
 		}
 	}
+	b.Run("cpu_growth", func(b *testing.B) {
+		b.StopTimer()
+		grow(b, 128)
+		growImageExec(b, 128)
+		if b.N == 1 { // the benchmark's first, unreported run
+			return
+		}
+		cpuGrowth(b, p, ip, boxes[:128], imageExec[:128])
+	})
 	// The sandboxes of the comparison go before the idle phase.
 	for _, sb := range imageExec {
 		sb.Close(ctx)
 	}
 	imageExec = nil
-	growth := func(arm string) string {
-		lo, hi := cpu["sessions=8/"+arm], cpu["sessions=128/"+arm]
-		if lo == 0 || hi == 0 {
-			return "not measured"
-		}
-		return fmt.Sprintf("%.2f -> %.2f ms (%+.0f %%)", lo, hi, 100*(hi/lo-1))
-	}
-	fmt.Printf("BenchmarkStepSessions: CPU per step from 8 to 128 sessions: shared executor %s; image's executor (before) %s\n",
-		growth("exec"), growth("exec_image_executor"))
 	b.Run("idle=128", func(b *testing.B) {
 		b.StopTimer()
 		grow(b, 128)
@@ -463,12 +458,76 @@ func warmUp(b *testing.B, boxes []sandbox.Sandbox, req sandbox.ExecRequest) {
 	}
 }
 
+// growthRounds is how many times cpuGrowth measures each of its four
+// arms, after one round it does not count.
+const growthRounds = 4
+
+// cpuGrowth runs b.N `/bin/sh -c "echo hi"` steps in 8 and in 128 of the
+// sandboxes shared (which run the shared executor) and image (which run
+// their image's copy), in alternating order over growthRounds rounds, so
+// that a drift of the machine's speed falls on all four arms alike. The
+// first round, which finds the sandboxes just made, is not counted. It
+// reports the median CPU per step of each arm, how much it grows from 8
+// to 128 sessions, and, round by round, the shared arm's CPU per step over
+// the image arm's at 128 sessions.
+func cpuGrowth(b *testing.B, sp, ip *docker.Provider, shared, image []sandbox.Sandbox) {
+	req := sandbox.ExecRequest{Argv: stepCommand, Timeout: time.Minute}
+	warmUp(b, shared, req)
+	warmUp(b, image, req)
+	type arm struct {
+		name  string
+		p     *docker.Provider
+		boxes []sandbox.Sandbox
+		cpu   []float64
+	}
+	arms := []*arm{{name: "shared_8", p: sp, boxes: shared[:8]}, {name: "image_8", p: ip, boxes: image[:8]},
+		{name: "shared_128", p: sp, boxes: shared}, {name: "image_128", p: ip, boxes: image}}
+	for round := range growthRounds + 1 {
+		order := slices.Clone(arms)
+		if round%2 == 1 {
+			slices.Reverse(order)
+		}
+		for _, a := range order {
+			b.StartTimer()
+			run := runSteps(b, a.p, a.boxes, req, b.N)
+			b.StopTimer()
+			if round > 0 {
+				a.cpu = append(a.cpu, run.perStep(run.cpu.total()))
+			}
+		}
+	}
+	med := map[string]float64{}
+	for _, a := range arms {
+		med[a.name] = medianOf(a.cpu)
+		b.ReportMetric(med[a.name], a.name+"_cpu_ms/step")
+		b.Logf("%s: CPU per step by round %s ms", a.name, floats2(a.cpu))
+	}
+	var paired []float64
+	for i := range arms[2].cpu {
+		paired = append(paired, arms[2].cpu[i]/arms[3].cpu[i])
+	}
+	growth := func(kind string) float64 { return 100 * (med[kind+"_128"]/med[kind+"_8"] - 1) }
+	b.ReportMetric(growth("shared"), "shared_growth_%")
+	b.ReportMetric(growth("image"), "image_growth_%")
+	b.ReportMetric(medianOf(paired), "shared/image_at_128")
+	fmt.Printf("BenchmarkStepSessions/cpu_growth: CPU per step from 8 to 128 sessions (median of %d alternating rounds): shared executor %.2f -> %.2f ms (%+.0f %%); image's executor (before) %.2f -> %.2f ms (%+.0f %%); at 128, shared over image by round %s, median %.2f\n",
+		growthRounds, med["shared_8"], med["shared_128"], growth("shared"), med["image_8"], med["image_128"], growth("image"), floats2(paired), medianOf(paired))
+}
+
+func floats2(xs []float64) string {
+	var out []string
+	for _, x := range xs {
+		out = append(out, fmt.Sprintf("%.2f", x))
+	}
+	return "[" + strings.Join(out, ", ") + "]"
+}
+
 // stepSessions is one sub-benchmark of BenchmarkStepSessions: n sessions
 // stepping req at once. With ceiling set, the phase runs ceilingRounds
 // times, each followed by the ceiling measured in the same number of runs,
 // and the verdict is the median of the rounds' ratios.
 func stepSessions(b *testing.B, name string, n int, req sandbox.ExecRequest, grow func(*testing.B, int), made *[]sandbox.Sandbox,
-	p *docker.Provider, ceiling func(*testing.B) sandbox.Sandbox, cpu map[string]float64) {
+	p *docker.Provider, ceiling func(*testing.B) sandbox.Sandbox) {
 	b.Run(name, func(b *testing.B) {
 		b.StopTimer()
 		grow(b, n)
@@ -480,7 +539,6 @@ func stepSessions(b *testing.B, name string, n int, req sandbox.ExecRequest, gro
 			run := runSteps(b, p, boxes, req, b.N)
 			b.StopTimer()
 			run.report(b)
-			cpu[name] = run.perStep(run.cpu.total())
 			return
 		}
 		csb := ceiling(b)
@@ -505,7 +563,6 @@ func stepSessions(b *testing.B, name string, n int, req sandbox.ExecRequest, gro
 			}
 		}
 		runs[best].report(b)
-		cpu[name] = runs[best].perStep(runs[best].cpu.total())
 		b.ReportMetric(medianOf(ceilings), "ceiling_runs/s")
 		b.ReportMetric(100*mid, "of_ceiling_%")
 		var p99s []float64
