@@ -500,7 +500,7 @@ func cpuGrowth(b *testing.B, sp, ip *docker.Provider, shared, image []sandbox.Sa
 	for _, a := range arms {
 		med[a.name] = medianOf(a.cpu)
 		b.ReportMetric(med[a.name], a.name+"_cpu_ms/step")
-		b.Logf("%s: CPU per step by round %s ms", a.name, floats2(a.cpu))
+		b.Logf("%s: CPU per step by round %s ms", a.name, floatsAs("%.2f", a.cpu...))
 	}
 	var paired []float64
 	for i := range arms[2].cpu {
@@ -511,15 +511,7 @@ func cpuGrowth(b *testing.B, sp, ip *docker.Provider, shared, image []sandbox.Sa
 	b.ReportMetric(growth("image"), "image_growth_%")
 	b.ReportMetric(medianOf(paired), "shared/image_at_128")
 	fmt.Printf("BenchmarkStepSessions/cpu_growth: CPU per step from 8 to 128 sessions (median of %d alternating rounds): shared executor %.2f -> %.2f ms (%+.0f %%); image's executor (before) %.2f -> %.2f ms (%+.0f %%); at 128, shared over image by round %s, median %.2f\n",
-		growthRounds, med["shared_8"], med["shared_128"], growth("shared"), med["image_8"], med["image_128"], growth("image"), floats2(paired), medianOf(paired))
-}
-
-func floats2(xs []float64) string {
-	var out []string
-	for _, x := range xs {
-		out = append(out, fmt.Sprintf("%.2f", x))
-	}
-	return "[" + strings.Join(out, ", ") + "]"
+		growthRounds, med["shared_8"], med["shared_128"], growth("shared"), med["image_8"], med["image_128"], growth("image"), floatsAs("%.2f", paired...), medianOf(paired))
 }
 
 // stepSessions is one sub-benchmark of BenchmarkStepSessions: n sessions
@@ -588,10 +580,13 @@ func percents(xs []float64) string {
 	return "[" + strings.Join(out, ", ") + "]"
 }
 
-func floats(xs []float64) string {
+func floats(xs []float64) string { return floatsAs("%.0f", xs...) }
+
+// floatsAs formats xs as a bracketed list, each with format.
+func floatsAs(format string, xs ...float64) string {
 	var out []string
 	for _, x := range xs {
-		out = append(out, fmt.Sprintf("%.0f", x))
+		out = append(out, fmt.Sprintf(format, x))
 	}
 	return "[" + strings.Join(out, ", ") + "]"
 }

@@ -211,11 +211,7 @@ func (p *Provider) volumesOnce(ctx context.Context, prefix, lockImage string, na
 	if err != nil {
 		return false, fmt.Errorf("lock: %w", err)
 	}
-	defer func() {
-		if err := p.cli.ContainerRemove(context.WithoutCancel(ctx), lock.ID, container.RemoveOptions{Force: true}); err != nil && !isNotFound(err) {
-			p.log.Warn("remove the lock of shared volumes", "container", shortID(lock.ID), "err", err)
-		}
-	}()
+	defer p.removeHelper(ctx, lock.ID)
 	if ok, done, err := known(); done || err != nil { // made while we took the lock
 		return ok, err
 	}
