@@ -2,8 +2,10 @@ package docker_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"os/exec"
 	"regexp"
@@ -100,9 +102,15 @@ func TestContainerHardening(t *testing.T) {
 	if len(hc.CapDrop) != 1 || hc.CapDrop[0] != "ALL" {
 		t.Errorf("cap drop %v", hc.CapDrop)
 	}
-	// The only binds are the shared executor's volume, read-only.
-	if len(hc.Binds) != 1 || !strings.HasPrefix(hc.Binds[0], "gymserver-exec-") || !strings.HasSuffix(hc.Binds[0], ":/.gymserver:ro") {
+	// The only binds are the shared executor's volume, read-only, and
+	// the directory of the executor's socket, gone from the host once the
+	// sandbox started (see TestExecutorSocket).
+	if len(hc.Binds) != 2 || !strings.HasPrefix(hc.Binds[0], "gymserver-exec-") || !strings.HasSuffix(hc.Binds[0], ":/.gymserver:ro") {
 		t.Errorf("binds %v", hc.Binds)
+	} else if src, ok := strings.CutSuffix(hc.Binds[1], ":/.gymserver-run"); !ok {
+		t.Errorf("binds %v", hc.Binds)
+	} else if _, err := os.Stat(src); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("socket directory %s after the start: %v, want it gone", src, err)
 	}
 	opts := append([]string(nil), hc.SecurityOpt...)
 	sort.Strings(opts)
@@ -188,7 +196,9 @@ func TestReapDeadOwner(t *testing.T) {
 // persistent_shell runs it. Ours runs with the shared /usr; the baselines
 // run in a sandbox that reads /usr through the storage driver. The
 // _root_mode_kept arm is ours with "/" keeping its group bits
-// (docker.Options.KeepRootMode).
+// (docker.Options.KeepRootMode); the _attach_stream arms are ours with the
+// client on the container's attach stream instead of the executor's
+// socket (docker.Options.AttachStream).
 // Run: go test -run '^$' -bench ExecEcho ./envs/docker/
 func BenchmarkExecEcho(b *testing.B) {
 	p, cli := newProvider(b)
@@ -218,6 +228,14 @@ func BenchmarkExecEcho(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer kept.Close(ctx)
+	// Ours with the client on the attach stream, as before executor
+	// sockets.
+	ap, _ := dockertest.NewWith(b, docker.Options{AttachStream: true})
+	att, err := ap.Create(ctx, sandbox.Spec{Image: image, WorkDir: "/workspace", ShareUsr: true})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer att.Close(ctx)
 
 	b.Run("executor", func(b *testing.B) {
 		lat := make([]time.Duration, 0, b.N)
@@ -231,22 +249,28 @@ func BenchmarkExecEcho(b *testing.B) {
 		}
 		report(b, lat)
 	})
-	// The transport alone: a request that starts no process.
-	b.Run("executor_read_file", func(b *testing.B) {
-		if err := sb.WriteFile(ctx, "hi.txt", []byte("hi\n"), 0o644); err != nil {
-			b.Fatal(err)
-		}
-		lat := make([]time.Duration, 0, b.N)
-		for b.Loop() {
-			start := time.Now()
-			data, err := sb.ReadFile(ctx, "hi.txt", 100)
-			if err != nil || string(data) != "hi\n" {
-				b.Fatalf("read: %q %v", data, err)
+	// The transport alone: a request that starts no process, over the
+	// executor's socket and over the attach stream.
+	for _, c := range []struct {
+		name string
+		sb   sandbox.Sandbox
+	}{{"executor_read_file", sb}, {"executor_read_file_attach_stream", att}} {
+		b.Run(c.name, func(b *testing.B) {
+			if err := c.sb.WriteFile(ctx, "hi.txt", []byte("hi\n"), 0o644); err != nil {
+				b.Fatal(err)
 			}
-			lat = append(lat, time.Since(start))
-		}
-		report(b, lat)
-	})
+			lat := make([]time.Duration, 0, b.N)
+			for b.Loop() {
+				start := time.Now()
+				data, err := c.sb.ReadFile(ctx, "hi.txt", 100)
+				if err != nil || string(data) != "hi\n" {
+					b.Fatalf("read: %q %v", data, err)
+				}
+				lat = append(lat, time.Since(start))
+			}
+			report(b, lat)
+		})
+	}
 	b.Run("docker_api_exec", func(b *testing.B) {
 		lat := make([]time.Duration, 0, b.N)
 		for b.Loop() {
@@ -274,7 +298,7 @@ func BenchmarkExecEcho(b *testing.B) {
 		env  []string
 		line string
 	}{{"step_executor", sb, nil, "/bin/echo hi"}, {"step_executor_via_sh", sb, nil, "/bin/echo hi;"},
-		{"step_executor_root_mode_kept", kept, nil, "/bin/echo hi"},
+		{"step_executor_root_mode_kept", kept, nil, "/bin/echo hi"}, {"step_executor_attach_stream", att, nil, "/bin/echo hi"},
 		{"step_executor_storage_usr", plain, nil, "/bin/echo hi"}, {"step_executor_storage_usr_via_sh", plain, nil, "/bin/echo hi;"},
 		{"step_executor_locale_files", plain, []string{"LOCPATH=/usr/lib/locale"}, "/bin/echo hi;"}} {
 		b.Run(c.name, func(b *testing.B) {
@@ -324,7 +348,12 @@ func BenchmarkExecEcho(b *testing.B) {
 // dockerExec runs argv the plain way: exec create, attach, read to EOF,
 // inspect for the exit code.
 func dockerExec(ctx context.Context, cli *client.Client, id string, argv []string) (string, error) {
-	ex, err := cli.ContainerExecCreate(ctx, id, container.ExecOptions{Cmd: argv, AttachStdout: true, AttachStderr: true})
+	return dockerExecAs(ctx, cli, id, "", argv)
+}
+
+// dockerExecAs is dockerExec as user ("": the container's).
+func dockerExecAs(ctx context.Context, cli *client.Client, id, user string, argv []string) (string, error) {
+	ex, err := cli.ContainerExecCreate(ctx, id, container.ExecOptions{Cmd: argv, User: user, AttachStdout: true, AttachStderr: true})
 	if err != nil {
 		return "", err
 	}

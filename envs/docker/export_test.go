@@ -2,6 +2,7 @@ package docker
 
 import (
 	"context"
+	"testing"
 	"time"
 
 	"github.com/gymserver/gymserver/envs/sandbox"
@@ -82,4 +83,16 @@ func SetCores(p *Provider, n, busy int) {
 	for i := range busy {
 		p.pins.users[i]++
 	}
+}
+
+// UsesSocket says whether sb, a sandbox of this package, speaks to its
+// executor over the executor's socket (see socket.go).
+func UsesSocket(sb sandbox.Sandbox) bool { return sb.(*Sandbox).attached != nil }
+
+// SetSocketDialHook has hook run before each connection to an executor's
+// socket, with the container's id, the socket's host path and the token,
+// until the test ends.
+func SetSocketDialHook(t testing.TB, hook func(id, path, token string)) {
+	socketDialHook = hook
+	t.Cleanup(func() { socketDialHook = nil })
 }

@@ -158,6 +158,11 @@ type Options struct {
 	// read through the storage driver, instead of from the shared executor
 	// volume (see executorBind); for comparisons.
 	ImageExecutor bool
+	// AttachStream has the client speak to each executor over the
+	// container's attach stream only, through the engine and the
+	// container's shim, as before executor sockets (see socket.go); for
+	// comparisons.
+	AttachStream bool
 	// ZygoteImports is how many verifier zygotes may import pytest at once
 	// on the engine (0: half the engine's CPUs, at least 1). A zygote's
 	// low priority counts only inside its container: the engine shares
@@ -229,6 +234,8 @@ type Provider struct {
 	// exec is the shared executor volume (see executorBind), nil until
 	// the first sandbox asks for it.
 	exec *execShare
+	// sockets are the executors' sockets (see socket.go).
+	sockets execSockets
 	// zygoteTurns holds a token for each verifier zygote importing now
 	// (see Options.ZygoteImports).
 	zygoteTurns chan struct{}
@@ -335,8 +342,10 @@ func New(ctx context.Context, opts Options) (*Provider, error) {
 		p.log.Warn("reaping orphaned containers failed", "err", err)
 	}
 	p.pruneStaleImages(ctx)
+	p.openSockets()
 	p.keepTouching()
 	if err := p.startJanitor(); err != nil {
+		p.closeSockets()
 		p.closeClient()
 		openOwners.Delete(p.owner)
 		return nil, err
@@ -441,6 +450,7 @@ func (p *Provider) Close(ctx context.Context) error {
 	// Snapshot images go once no container uses them.
 	errs = append(errs, p.removeSnapshots(rctx, func(owner, _ string) bool { return owner == p.owner }))
 	errs = append(errs, p.stopJanitor())
+	errs = append(errs, p.closeSockets())
 	p.closeClient()
 	openOwners.Delete(p.owner)
 	return errors.Join(errs...)

@@ -213,7 +213,7 @@ func (p *Provider) renew(s *Sandbox) (*Sandbox, error) {
 	}
 	now := time.Now()
 	n := &Sandbox{p: p, id: s.id, session: sandbox.NewSessionID(), made: now, born: s.born, image: s.image, workdir: s.workdir,
-		exec: s.exec, conn: s.conn, copied: s.copied, phases: s.phases, poolKey: s.poolKey, pristine: true, recycled: now}
+		exec: s.exec, attached: s.attached, conn: s.conn, copied: s.copied, phases: s.phases, poolKey: s.poolKey, pristine: true, recycled: now}
 	if s.zygote.Load() == zygoteStarted {
 		// The executor keeps its zygote (see executor.Client.Recycle).
 		n.zygote.Store(zygoteStarted)

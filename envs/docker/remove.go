@@ -2,6 +2,7 @@ package docker
 
 import (
 	"context"
+	"os"
 	"time"
 )
 
@@ -58,6 +59,9 @@ func (p *Provider) removeSandbox(s *Sandbox) {
 	defer func() { <-p.rm.workers }()
 	if s.copied != nil {
 		<-s.copied
+	}
+	if s.sockDir != "" { // a container never started
+		os.RemoveAll(s.sockDir)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), removeTimeout)
 	defer cancel()

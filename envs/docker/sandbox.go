@@ -8,6 +8,7 @@ import (
 	"io"
 	"io/fs"
 	"maps"
+	"os"
 	"path"
 	"sort"
 	"strings"
@@ -44,8 +45,16 @@ type Sandbox struct {
 	image   string
 	files   []string
 	workdir string
-	exec    *executor.Client
-	conn    types.HijackedResponse
+	// exec is the client of the executor: on its socket once boot moved
+	// it there (see socket.go), else on the attach stream.
+	exec *executor.Client
+	// attached is the client on the attach stream while exec is the
+	// socket's: idle, but its end still ends the executor.
+	attached *executor.Client
+	// sockDir is the host directory bound at socketMount and sockToken
+	// the token of its socket, until boot has used them ("" for none).
+	sockDir, sockToken string
+	conn               types.HijackedResponse
 	// copied ends when the stream demultiplexer stops.
 	copied chan struct{}
 	// stderr is where the executor's stderr goes, once attached.
@@ -310,6 +319,10 @@ func (p *Provider) makeContainer(ctx context.Context, spec sandbox.Spec) (*Sandb
 	if noNetwork {
 		args = append(args, "--no-network")
 	}
+	sockDir, sockToken := p.socketFor()
+	if sockDir != "" {
+		args = append(args, socketArgs(sockToken)...)
+	}
 	cfg := &container.Config{
 		Image:           spec.Image,
 		Cmd:             p.executorCmd(args...),
@@ -347,6 +360,9 @@ func (p *Provider) makeContainer(ctx context.Context, spec sandbox.Spec) (*Sandb
 	if b := p.executorBind(ctx, spec.Image); b != "" {
 		host.Binds = append(host.Binds, b)
 	}
+	if sockDir != "" {
+		host.Binds = append(host.Binds, sockDir+":"+socketMount)
+	}
 	p.limitDisk(host, res)
 	var cores []int
 	host.CpusetCpus, cores = p.pins.take(res.CPUs)
@@ -368,11 +384,15 @@ func (p *Provider) makeContainer(ctx context.Context, spec sandbox.Spec) (*Sandb
 	}
 	if err != nil {
 		p.pins.put(cores)
+		if sockDir != "" {
+			os.RemoveAll(sockDir)
+		}
 		return nil, gym.Classify(fmt.Errorf("docker: create container from %s: %w", spec.Image, err), gym.ClassSandbox)
 	}
 	p.pins.hold(created.ID, cores)
 	now := time.Now()
-	s := &Sandbox{p: p, id: created.ID, session: session, made: now, born: now, image: spec.Image, workdir: workdir}
+	s := &Sandbox{p: p, id: created.ID, session: session, made: now, born: now, image: spec.Image, workdir: workdir,
+		sockDir: sockDir, sockToken: sockToken}
 	s.phases.create = time.Since(t0)
 	p.mu.Lock()
 	p.live[s.id] = s
@@ -410,6 +430,7 @@ func (p *Provider) boot(ctx context.Context, s *Sandbox, spec sandbox.Spec) erro
 	if err := s.exec.Ping(pctx); err != nil {
 		return gym.Classify(fmt.Errorf("docker: executor in %s does not answer: %w", shortID(s.id), s.diagnose(err)), gym.ClassSandbox)
 	}
+	s.useSocket(ctx)
 	s.phases.ready = time.Since(t0)
 	p.log.Debug("sandbox started", "container", shortID(s.id), "image", spec.Image)
 	return nil
@@ -756,6 +777,9 @@ func (s *Sandbox) Close(ctx context.Context) error {
 
 // dispose stops s's executor and has its container removed (see Close).
 func (p *Provider) dispose(s *Sandbox) {
+	if s.attached != nil {
+		s.attached.Close()
+	}
 	if s.exec != nil {
 		s.exec.Close()
 	} else if s.conn.Conn != nil {

@@ -39,9 +39,8 @@ var stepCommand = []string{"/bin/sh", "-c", "echo hi"}
 // transport at all.
 //
 // cpu_growth measures how CPU per step grows from 8 to 128 sessions, for
-// these sandboxes and for sandboxes whose executor is their image's copy,
-// read through the storage driver (Options.ImageExecutor), as before the
-// shared executor volume: see cpuGrowth.
+// these sandboxes and for sandboxes whose client keeps the attach stream
+// (Options.AttachStream), as before executor sockets: see cpuGrowth.
 //
 // At 8 and 32 sessions, exec_floating runs the same steps in sandboxes
 // of a provider that does not pin them to cores (Options.FloatCPUs), as
@@ -87,18 +86,18 @@ func BenchmarkStepSessions(b *testing.B) {
 		}
 		return ceilingBox
 	}
-	// The same steps in sandboxes that run their image's copy of the
-	// executor, read through the storage driver, as before the shared
-	// executor volume (Options.ImageExecutor), at 8 and 128 sessions.
-	ip, _ := dockertest.NewWith(b, docker.Options{ImageExecutor: true,
+	// The same steps in sandboxes whose client keeps the attach stream,
+	// as before executor sockets (Options.AttachStream), at 8 and 128
+	// sessions.
+	ap, _ := dockertest.NewWith(b, docker.Options{AttachStream: true,
 		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))})
-	var imageExec []sandbox.Sandbox
+	var attached []sandbox.Sandbox
 	defer func() {
-		for _, sb := range imageExec {
+		for _, sb := range attached {
 			sb.Close(ctx)
 		}
 	}()
-	growImageExec := grower(ip, &imageExec)
+	growAttached := grower(ap, &attached)
 	for _, n := range []int{8, 32, 128} {
 		for _, mode := range []string{"exec", "shell"} {
 			req := sandbox.ExecRequest{Argv: stepCommand, Timeout: time.Minute}
@@ -118,17 +117,17 @@ func BenchmarkStepSessions(b *testing.B) {
 	b.Run("cpu_growth", func(b *testing.B) {
 		b.StopTimer()
 		grow(b, 128)
-		growImageExec(b, 128)
+		growAttached(b, 128)
 		if b.N == 1 { // the benchmark's first, unreported run
 			return
 		}
-		cpuGrowth(b, p, ip, boxes[:128], imageExec[:128])
+		cpuGrowth(b, p, ap, boxes[:128], attached[:128])
 	})
 	// The sandboxes of the comparison go before the idle phase.
-	for _, sb := range imageExec {
+	for _, sb := range attached {
 		sb.Close(ctx)
 	}
-	imageExec = nil
+	attached = nil
 	b.Run("idle=128", func(b *testing.B) {
 		b.StopTimer()
 		grow(b, 128)
@@ -463,25 +462,26 @@ func warmUp(b *testing.B, boxes []sandbox.Sandbox, req sandbox.ExecRequest) {
 const growthRounds = 4
 
 // cpuGrowth runs b.N `/bin/sh -c "echo hi"` steps in 8 and in 128 of the
-// sandboxes shared (which run the shared executor) and image (which run
-// their image's copy), in alternating order over growthRounds rounds, so
-// that a drift of the machine's speed falls on all four arms alike. The
-// first round, which finds the sandboxes just made, is not counted. It
-// reports the median CPU per step of each arm, how much it grows from 8
-// to 128 sessions, and, round by round, the shared arm's CPU per step over
-// the image arm's at 128 sessions.
-func cpuGrowth(b *testing.B, sp, ip *docker.Provider, shared, image []sandbox.Sandbox) {
+// sandboxes socket (whose client speaks to the executor's socket) and
+// attach (whose client keeps the attach stream, Options.AttachStream), in
+// alternating order over growthRounds rounds, so that a drift of the
+// machine's speed falls on all four arms alike. The first round, which
+// finds the sandboxes just made, is not counted. It reports the median CPU
+// per step of each arm, how much it grows from 8 to 128 sessions, and,
+// round by round, the socket arm's CPU per step over the attach arm's at
+// 8 and at 128 sessions.
+func cpuGrowth(b *testing.B, sp, ap *docker.Provider, socket, attach []sandbox.Sandbox) {
 	req := sandbox.ExecRequest{Argv: stepCommand, Timeout: time.Minute}
-	warmUp(b, shared, req)
-	warmUp(b, image, req)
+	warmUp(b, socket, req)
+	warmUp(b, attach, req)
 	type arm struct {
 		name  string
 		p     *docker.Provider
 		boxes []sandbox.Sandbox
 		cpu   []float64
 	}
-	arms := []*arm{{name: "shared_8", p: sp, boxes: shared[:8]}, {name: "image_8", p: ip, boxes: image[:8]},
-		{name: "shared_128", p: sp, boxes: shared}, {name: "image_128", p: ip, boxes: image}}
+	arms := []*arm{{name: "socket_8", p: sp, boxes: socket[:8]}, {name: "attach_8", p: ap, boxes: attach[:8]},
+		{name: "socket_128", p: sp, boxes: socket}, {name: "attach_128", p: ap, boxes: attach}}
 	for round := range growthRounds + 1 {
 		order := slices.Clone(arms)
 		if round%2 == 1 {
@@ -502,16 +502,24 @@ func cpuGrowth(b *testing.B, sp, ip *docker.Provider, shared, image []sandbox.Sa
 		b.ReportMetric(med[a.name], a.name+"_cpu_ms/step")
 		b.Logf("%s: CPU per step by round %s ms", a.name, floatsAs("%.2f", a.cpu...))
 	}
-	var paired []float64
-	for i := range arms[2].cpu {
-		paired = append(paired, arms[2].cpu[i]/arms[3].cpu[i])
+	// paired is the socket arm's CPU per step over the attach arm's, round
+	// by round, at 8 (i = 0) or 128 (i = 2) sessions.
+	paired := func(i int) []float64 {
+		var r []float64
+		for j := range arms[i].cpu {
+			r = append(r, arms[i].cpu[j]/arms[i+1].cpu[j])
+		}
+		return r
 	}
+	at8, at128 := paired(0), paired(2)
 	growth := func(kind string) float64 { return 100 * (med[kind+"_128"]/med[kind+"_8"] - 1) }
-	b.ReportMetric(growth("shared"), "shared_growth_%")
-	b.ReportMetric(growth("image"), "image_growth_%")
-	b.ReportMetric(medianOf(paired), "shared/image_at_128")
-	fmt.Printf("BenchmarkStepSessions/cpu_growth: CPU per step from 8 to 128 sessions (median of %d alternating rounds): shared executor %.2f -> %.2f ms (%+.0f %%); image's executor (before) %.2f -> %.2f ms (%+.0f %%); at 128, shared over image by round %s, median %.2f\n",
-		growthRounds, med["shared_8"], med["shared_128"], growth("shared"), med["image_8"], med["image_128"], growth("image"), floatsAs("%.2f", paired...), medianOf(paired))
+	b.ReportMetric(growth("socket"), "socket_growth_%")
+	b.ReportMetric(growth("attach"), "attach_growth_%")
+	b.ReportMetric(medianOf(at8), "socket/attach_at_8")
+	b.ReportMetric(medianOf(at128), "socket/attach_at_128")
+	fmt.Printf("BenchmarkStepSessions/cpu_growth: CPU per step from 8 to 128 sessions (median of %d alternating rounds): executor socket %.2f -> %.2f ms (%+.0f %%); attach stream (before) %.2f -> %.2f ms (%+.0f %%); socket over attach by round at 8 %s (median %.2f), at 128 %s (median %.2f)\n",
+		growthRounds, med["socket_8"], med["socket_128"], growth("socket"), med["attach_8"], med["attach_128"], growth("attach"),
+		floatsAs("%.2f", at8...), medianOf(at8), floatsAs("%.2f", at128...), medianOf(at128))
 }
 
 // stepSessions is one sub-benchmark of BenchmarkStepSessions: n sessions

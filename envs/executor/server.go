@@ -48,13 +48,16 @@ type Options struct {
 // Main is the entry of the executor binary; args[0] is the mode:
 //
 //	serve [--workdir DIR] [--agent UID:GID] [--close-root-group] [--no-network]
-//	                                       answer requests on stdin/stdout
+//	      [--socket PATH --socket-token TOKEN]
+//	                                       answer requests on stdin/stdout,
+//	                                       and on one connection to PATH
+//	                                       (see listenSocket)
 //	idle                                   block until SIGTERM or SIGINT
 //
 // It returns the process exit code.
 func Main(args []string) int {
 	if len(args) == 0 {
-		fmt.Fprintln(os.Stderr, "executor: usage: serve [--workdir DIR] [--agent UID:GID] [--close-root-group] [--no-network] | idle")
+		fmt.Fprintln(os.Stderr, "executor: usage: serve [--workdir DIR] [--agent UID:GID] [--close-root-group] [--no-network] [--socket PATH --socket-token TOKEN] | idle")
 		return 2
 	}
 	switch args[0] {
@@ -66,7 +69,13 @@ func Main(args []string) int {
 		agent := fs.String("agent", "", "run commands and file operations as `UID:GID` (the executor must be root)")
 		closeRoot := fs.Bool("close-root-group", false, "clear the group bits of / where that changes no one's access (see closeRootGroup)")
 		noNetwork := fs.Bool("no-network", false, "check that loopback is the only network interface and write /etc/hosts (see setUpNoNetwork)")
+		socketPath := fs.String("socket", "", "also serve one connection to a Unix socket made at `PATH` (see serveSocket)")
+		socketToken := fs.String("socket-token", "", "the token the socket's client must send first")
 		if err := fs.Parse(args[1:]); err != nil {
+			return 2
+		}
+		if (*socketPath == "") != (*socketToken == "") {
+			fmt.Fprintln(os.Stderr, "executor: --socket and --socket-token go together")
 			return 2
 		}
 		var cred *Cred
@@ -101,7 +110,17 @@ func Main(args []string) int {
 		tuneRuntime()
 		ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
 		defer stop()
-		if err := Serve(ctx, pollableStdin(), os.Stdout, Options{WorkDir: *workdir, Agent: cred, Logger: logger}); err != nil {
+		opts := Options{WorkDir: *workdir, Agent: cred, Logger: logger}
+		if *socketPath != "" {
+			// The client falls back to stdin when the socket is not
+			// there: a failure is logged, not fatal.
+			if l, err := listenSocket(*socketPath); err != nil {
+				logger.Warn("executor socket", "err", err)
+			} else {
+				go serveSocket(ctx, l, *socketToken, opts, logger)
+			}
+		}
+		if err := Serve(ctx, pollableStdin(), os.Stdout, opts); err != nil {
 			logger.Error("executor stopped", "err", err)
 			return 1
 		}
