@@ -154,12 +154,18 @@ func (s *Sandbox) useSocket(ctx context.Context) {
 		socketDialHook(s.id, path, s.sockToken)
 	}
 	c, err := s.dialSocket(ctx, path)
-	if err != nil {
-		// An engine that does not see this directory will not see the
-		// next one either.
+	var dialErr *net.OpError
+	switch {
+	case errors.As(err, &dialErr) && dialErr.Op == "dial":
+		// An engine that does not see this directory, or an executor
+		// that cannot make its socket there, will do the same for the
+		// next sandbox.
 		if p.sockets.off.CompareAndSwap(false, true) {
 			p.log.Warn("executor sockets off: the sandboxes keep their attach streams", "container", shortID(s.id), "err", err)
 		}
+		return
+	case err != nil:
+		p.log.Warn("the sandbox keeps its attach stream", "container", shortID(s.id), "err", err)
 		return
 	}
 	s.attached, s.exec = s.exec, c
