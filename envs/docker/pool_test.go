@@ -2,7 +2,10 @@ package docker_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io/fs"
+	"os"
 	"testing"
 	"time"
 
@@ -95,6 +98,10 @@ func TestWarmPool(t *testing.T) {
 			t.Errorf("%s sandbox: session id %q (seen before: %v), label %q", name, id, seen[id], info.Config.Labels[sandbox.LabelSession])
 		}
 		seen[id] = true
+		// Pooled or not, it speaks to its executor over the socket.
+		if !docker.UsesSocket(sb) {
+			t.Errorf("%s sandbox does not use its executor's socket", name)
+		}
 	}
 	// The first create starts a container now and the pool fills behind it.
 	first, err := p.Create(ctx, spec("first"))
@@ -188,6 +195,12 @@ func TestCreatedPool(t *testing.T) {
 			}
 		}
 	}
+	// The created container's socket directory waits with it, and goes
+	// once its executor is connected.
+	sockDir := socketBind(t, cli, waiting)
+	if _, err := os.Stat(sockDir); sockDir == "" || err != nil {
+		t.Errorf("socket directory %q of the created container: %v", sockDir, err)
+	}
 	withFiles := spec
 	withFiles.Files = []sandbox.File{{Path: "/workspace/task.txt", Data: []byte("in")}, {Path: "/opt/task/data.txt", Data: []byte("out")}}
 	withFiles.Labels = map[string]string{sandbox.LabelTask: "t"}
@@ -198,6 +211,9 @@ func TestCreatedPool(t *testing.T) {
 	defer second.Close(context.Background())
 	if second.ID() != waiting {
 		t.Errorf("Create started %s, want the created container %s", second.ID(), waiting)
+	}
+	if _, err := os.Stat(sockDir); !docker.UsesSocket(second) || !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("started created container: uses its socket %v, socket directory %v (want it gone)", docker.UsesSocket(second), err)
 	}
 	if second.SessionID() == first.SessionID() || !sessionIDPattern.MatchString(second.SessionID()) {
 		t.Errorf("session ids %q and %q", first.SessionID(), second.SessionID())

@@ -150,6 +150,10 @@ func TestRecycle(t *testing.T) {
 	if second.ID() != id {
 		t.Fatalf("the second session got container %s, want the recycled %s", second.ID(), id)
 	}
+	// The recycled sandbox keeps the connection to its executor's socket.
+	if !docker.UsesSocket(first) || !docker.UsesSocket(second) {
+		t.Errorf("executor socket: first session %v, recycled %v; want both", docker.UsesSocket(first), docker.UsesSocket(second))
+	}
 	if second.SessionID() == session || !sessionIDPattern.MatchString(second.SessionID()) {
 		t.Errorf("the recycled sandbox's session id %q (the first was %q)", second.SessionID(), session)
 	}
