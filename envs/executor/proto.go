@@ -158,6 +158,11 @@ func readFrame(r io.Reader, v any) error {
 	}
 	n := binary.BigEndian.Uint32(hdr[:])
 	if n > MaxFrame {
+		if printable(hdr[:]) {
+			// A program that prints text where the executor should
+			// speak (a wrong executor command, a shell's message).
+			return fmt.Errorf("%w: %d bytes; the stream holds text (%q...), not frames: is the executor command right?", errFrameTooLarge, n, hdr[:])
+		}
 		return fmt.Errorf("%w: %d bytes", errFrameTooLarge, n)
 	}
 	if n >= streamFrame {
@@ -174,6 +179,16 @@ func readFrame(r io.Reader, v any) error {
 		return fmt.Errorf("decode frame: %w", err)
 	}
 	return nil
+}
+
+// printable says whether b is all printable ASCII or whitespace.
+func printable(b []byte) bool {
+	for _, c := range b {
+		if (c < ' ' || c > '~') && c != '\n' && c != '\t' && c != '\r' {
+			return false
+		}
+	}
+	return true
 }
 
 // streamFrame is the size from which readFrame decodes a frame's body as

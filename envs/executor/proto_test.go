@@ -78,6 +78,21 @@ func TestFrameTooLarge(t *testing.T) {
 	}
 }
 
+// TestReadFrameText checks that a stream of text where frames should be
+// (a wrong executor command printing its usage) reads as such, and that a
+// binary header over MaxFrame stays a plain refusal.
+func TestReadFrameText(t *testing.T) {
+	var resp response
+	err := readFrame(strings.NewReader("Usage: gymserver <command>\n"), &resp)
+	if !errors.Is(err, errFrameTooLarge) || !strings.Contains(err.Error(), `the stream holds text ("Usag"...)`) {
+		t.Errorf("text: %v", err)
+	}
+	err = readFrame(bytes.NewReader([]byte{0xff, 0, 0, 0}), &resp)
+	if !errors.Is(err, errFrameTooLarge) || strings.Contains(err.Error(), "text") {
+		t.Errorf("a binary header over MaxFrame: %v", err)
+	}
+}
+
 // TestReadArchiveFileData checks the content readArchive gives each file:
 // in place for plain files, expanded for a PAX sparse one, and a refusal
 // for a file cut short.
