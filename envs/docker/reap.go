@@ -164,8 +164,12 @@ func ownerGone(owner string) bool {
 		_, open := openOwners.Load(owner)
 		return !open
 	}
-	err = syscall.Kill(pid, 0)
-	return errors.Is(err, syscall.ESRCH)
+	return processGone(pid)
+}
+
+// processGone reports whether no process of this host has pid.
+func processGone(pid int) bool {
+	return errors.Is(syscall.Kill(pid, 0), syscall.ESRCH)
 }
 
 // removeWaitPoll is how often removeContainer looks whether a removal the

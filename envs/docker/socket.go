@@ -12,7 +12,6 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/gymserver/gymserver/envs/executor"
@@ -91,7 +90,7 @@ func reapSocketDirs(dir string, log interface{ Warn(string, ...any) }) {
 		if !ok || err != nil || pid <= 0 || pid == os.Getpid() {
 			continue
 		}
-		if err := syscall.Kill(pid, 0); !errors.Is(err, syscall.ESRCH) {
+		if !processGone(pid) {
 			continue
 		}
 		if err := os.RemoveAll(name); err != nil {
