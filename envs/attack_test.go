@@ -728,6 +728,48 @@ func TestAttackGarbageOnExecutorStream(t *testing.T) {
 	checkHonest(t, finish(t, s, ec), base)
 }
 
+// TestAttackAgentThreads goes after the executor's threads that keep the
+// agent's file-system identity between file operations: after a write_file
+// leaves one waiting, the agent finds every thread of the executor (its
+// command's parent), checks that such a thread is there, and sends each
+// thread SIGKILL (tgkill) and tries to attach to it with ptrace. Their real,
+// effective and saved uid are root's, so every attempt must be refused.
+func TestAttackAgentThreads(t *testing.T) {
+	t.Parallel()
+	e, ec := attackEnv(t, "fix_inventory", shortTimeouts)
+	base := doNothing(t, e, ec)
+	s, _ := reset(t, e)
+	writeFiles(t, s, ec, "note.txt", "a file operation as the agent")
+	r := runShell(t, s, ec, `python3 -c '
+import ctypes, os, signal
+libc = ctypes.CDLL(None, use_errno=True)
+libc.ptrace.restype = ctypes.c_long
+ex = [int(p) for p in os.listdir("/proc") if p.isdigit() and open("/proc/%s/comm" % p).read().strip() == "executor"][0]
+fs_threads = signalled = attached = 0
+tids = os.listdir("/proc/%d/task" % ex)
+for tid in tids:
+    with open("/proc/%d/task/%s/status" % (ex, tid)) as f:
+        uid = [l.split()[1:] for l in f if l.startswith("Uid:")][0]
+    if uid[:3] == ["0", "0", "0"] and uid[3] == str(os.getuid()):
+        fs_threads += 1
+    if libc.syscall(234, ex, int(tid), signal.SIGKILL) == 0:  # tgkill
+        signalled += 1
+    if libc.ptrace(16, int(tid), None, None) == 0:  # PTRACE_ATTACH
+        attached += 1
+print("threads=%d fs_threads=%d signalled=%d attached=%d" % (len(tids), fs_threads, signalled, attached))
+'`)
+	checkScored(t, r)
+	out := r.Observation.Text
+	if !strings.Contains(out, "signalled=0 attached=0") {
+		t.Errorf("a thread of the executor was signalled or traced: %q", out)
+	}
+	if strings.Contains(out, "fs_threads=0 ") || !strings.Contains(out, "fs_threads=") {
+		t.Errorf("no thread with the agent's file-system identity was found, so the attack tested nothing: %q", out)
+	}
+	checkAlive(t, s, ec)
+	checkHonest(t, finish(t, s, ec), base)
+}
+
 // TestAttackPtraceInit tries to attach to the container's PID 1 with
 // ptrace, which must be refused.
 func TestAttackPtraceInit(t *testing.T) {

@@ -174,6 +174,51 @@ type cpuTimes struct {
 
 func (c cpuTimes) total() time.Duration { return c.containers + c.shims + c.fuse + c.engine + c.self }
 
+// per is c divided by n steps (throttles stays a count).
+func (c cpuTimes) per(n int) cpuTimes {
+	d := func(t time.Duration) time.Duration { return t / time.Duration(n) }
+	return cpuTimes{d(c.containers), d(c.executors), d(c.shims), d(c.fuse), d(c.engine), d(c.self), d(c.host), d(c.throttled), c.throttles}
+}
+
+// parts names the parts of c that cpu_growth reports: the executors, the
+// commands (the rest of the containers' time), shims, fuse-overlayfs,
+// dockerd+containerd, this process (the client), and the host's busy time
+// beyond all of these (the kernel's work outside any of them, and whatever
+// else runs on the machine).
+func (c cpuTimes) parts() []time.Duration {
+	return []time.Duration{c.executors, c.containers - c.executors, c.shims, c.fuse, c.engine, c.self, c.host - c.total()}
+}
+
+// partNames are the names of cpuTimes.parts, in order.
+var partNames = []string{"executor", "command", "shims", "fuse-overlayfs", "dockerd+containerd", "client", "host other"}
+
+// medianParts is the median of each part over rounds, as the parts of one
+// cpuTimes (executors and containers rebuilt from executor and command,
+// host from the rest).
+func medianParts(rounds []cpuTimes) cpuTimes {
+	med := make([]time.Duration, len(partNames))
+	for i := range med {
+		var xs []float64
+		for _, r := range rounds {
+			xs = append(xs, float64(r.parts()[i]))
+		}
+		med[i] = time.Duration(medianOf(xs))
+	}
+	c := cpuTimes{executors: med[0], containers: med[0] + med[1], shims: med[2], fuse: med[3], engine: med[4], self: med[5]}
+	c.host = med[6] + c.total()
+	return c
+}
+
+// partsGrowth prints each part at 8 and at 128 sessions, and its change.
+func partsGrowth(at8, at128 cpuTimes) string {
+	var out []string
+	p8, p128 := at8.parts(), at128.parts()
+	for i, name := range partNames {
+		out = append(out, fmt.Sprintf("%s %.3f -> %.3f (%+.3f)", name, ms(p8[i]), ms(p128[i]), ms(p128[i]-p8[i])))
+	}
+	return strings.Join(out, "; ")
+}
+
 func (c cpuTimes) sub(o cpuTimes) cpuTimes {
 	return cpuTimes{c.containers - o.containers, c.executors - o.executors, c.shims - o.shims, c.fuse - o.fuse, c.engine - o.engine,
 		c.self - o.self, c.host - o.host, c.throttled - o.throttled, c.throttles - o.throttles}
@@ -479,6 +524,7 @@ func cpuGrowth(b *testing.B, sp, ap *docker.Provider, socket, attach []sandbox.S
 		p     *docker.Provider
 		boxes []sandbox.Sandbox
 		cpu   []float64
+		parts []cpuTimes // per step, by round
 	}
 	arms := []*arm{{name: "socket_8", p: sp, boxes: socket[:8]}, {name: "attach_8", p: ap, boxes: attach[:8]},
 		{name: "socket_128", p: sp, boxes: socket}, {name: "attach_128", p: ap, boxes: attach}}
@@ -493,6 +539,7 @@ func cpuGrowth(b *testing.B, sp, ap *docker.Provider, socket, attach []sandbox.S
 			b.StopTimer()
 			if round > 0 {
 				a.cpu = append(a.cpu, run.perStep(run.cpu.total()))
+				a.parts = append(a.parts, run.cpu.per(len(run.lats)))
 			}
 		}
 	}
@@ -501,6 +548,18 @@ func cpuGrowth(b *testing.B, sp, ap *docker.Provider, socket, attach []sandbox.S
 		med[a.name] = medianOf(a.cpu)
 		b.ReportMetric(med[a.name], a.name+"_cpu_ms/step")
 		b.Logf("%s: CPU per step by round %s ms", a.name, floatsAs("%.2f", a.cpu...))
+	}
+	// Where the growth is: each part's median per step, at 8 and at 128.
+	for _, kind := range []string{"socket", "attach"} {
+		at := func(n string) cpuTimes {
+			for _, a := range arms {
+				if a.name == kind+"_"+n {
+					return medianParts(a.parts)
+				}
+			}
+			return cpuTimes{}
+		}
+		fmt.Printf("BenchmarkStepSessions/cpu_growth: %s, median ms per step at 8 -> 128 sessions: %s\n", kind, partsGrowth(at("8"), at("128")))
 	}
 	// paired is the socket arm's CPU per step over the attach arm's, round
 	// by round, at 8 (i = 0) or 128 (i = 2) sessions.

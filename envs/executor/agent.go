@@ -9,6 +9,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 )
@@ -73,21 +74,67 @@ func (c *Cred) sysCred() *syscall.Credential {
 	return &syscall.Credential{Uid: uint32(c.UID), Gid: uint32(c.GID), Groups: []uint32{}}
 }
 
-// asAgent runs fn on an OS thread of its own whose file-system identity is
-// the agent's (setfsuid, setfsgid, no supplementary groups): files fn
-// creates belong to the agent, and fn can open only what the agent could.
-// The kernel drops the file-system capabilities of a thread whose fsuid is
-// not 0, so fn has no more file access than the agent. Credentials are per
-// thread in Linux; the thread is never given back to the Go scheduler (it
-// exits with the goroutine), so no other goroutine runs with them.
+// asAgent runs fn on an OS thread whose file-system identity is the
+// agent's (setfsuid, setfsgid, no supplementary groups): files fn creates
+// belong to the agent, and fn can open only what the agent could. The
+// kernel drops the file-system capabilities of a thread whose fsuid is not
+// 0, so fn has no more file access than the agent. Credentials are per
+// thread in Linux; the thread is never given back to the Go scheduler (see
+// agentThread), so no other goroutine runs with them.
 func asAgent(c *Cred, fn func() error) error {
 	if c == nil {
 		return fn()
 	}
+	t, err := takeAgentThread(c)
+	if err != nil {
+		return err
+	}
 	done := make(chan error, 1)
+	t.work <- func() { done <- fn() }
+	err = <-done
+	putAgentThread(c, t)
+	return err
+}
+
+// agentThread is a goroutine locked to a spare OS thread (onSpareThread)
+// whose file-system identity is an agent's; it runs the functions sent on
+// work, one after the other, and ends with its thread when work is closed.
+// Only the file-system ids change: the thread's real, effective and saved
+// uid stay the executor's, so the agent can neither signal nor trace it.
+// Idle ones are kept (agentThreads), so that a file operation as the agent
+// does not start a thread and end it: the clone and the exit were half of
+// a read_file's time in the executor.
+type agentThread struct {
+	work chan func()
+}
+
+// maxIdleAgentThreads is how many idle threads wait per identity; one
+// given back beyond them ends. Operations at once beyond it start threads
+// of their own.
+const maxIdleAgentThreads = 2
+
+// agentThreads holds the idle agent threads by identity.
+var agentThreads struct {
+	mu   sync.Mutex
+	idle map[[2]int][]*agentThread
+}
+
+// takeAgentThread returns an idle thread with c's identity, or starts one.
+func takeAgentThread(c *Cred) (*agentThread, error) {
+	key := [2]int{c.UID, c.GID}
+	agentThreads.mu.Lock()
+	if n := len(agentThreads.idle[key]); n > 0 {
+		t := agentThreads.idle[key][n-1]
+		agentThreads.idle[key] = agentThreads.idle[key][:n-1]
+		agentThreads.mu.Unlock()
+		return t, nil
+	}
+	agentThreads.mu.Unlock()
+	t := &agentThread{work: make(chan func())}
+	ready := make(chan error, 1)
 	onSpareThread(func() {
 		if _, _, e := syscall.RawSyscall(syscall.SYS_SETGROUPS, 0, 0, 0); e != 0 {
-			done <- fmt.Errorf("setgroups: %w", e)
+			ready <- fmt.Errorf("setgroups: %w", e)
 			return
 		}
 		syscall.RawSyscall(syscall.SYS_SETFSGID, uintptr(c.GID), 0, 0)
@@ -95,12 +142,34 @@ func asAgent(c *Cred, fn func() error) error {
 		// setfsuid reports the previous value, never an error: read the
 		// new one back to be sure it took.
 		if cur, _, _ := syscall.RawSyscall(syscall.SYS_SETFSUID, ^uintptr(0), 0, 0); int(cur) != c.UID {
-			done <- fmt.Errorf("setfsuid %d did not take (fsuid %d)", c.UID, cur)
+			ready <- fmt.Errorf("setfsuid %d did not take (fsuid %d)", c.UID, cur)
 			return
 		}
-		done <- fn()
+		ready <- nil
+		for fn := range t.work {
+			fn()
+		}
 	})
-	return <-done
+	if err := <-ready; err != nil {
+		return nil, err
+	}
+	return t, nil
+}
+
+// putAgentThread gives t back to the idle threads of c's identity, or ends
+// it when enough wait already.
+func putAgentThread(c *Cred, t *agentThread) {
+	key := [2]int{c.UID, c.GID}
+	agentThreads.mu.Lock()
+	defer agentThreads.mu.Unlock()
+	if len(agentThreads.idle[key]) >= maxIdleAgentThreads {
+		close(t.work)
+		return
+	}
+	if agentThreads.idle == nil {
+		agentThreads.idle = map[[2]int][]*agentThread{}
+	}
+	agentThreads.idle[key] = append(agentThreads.idle[key], t)
 }
 
 // onSpareThread runs fn in a new goroutine locked to an OS thread that is
