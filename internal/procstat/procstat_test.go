@@ -1,0 +1,49 @@
+package procstat
+
+import (
+	"os"
+	"os/exec"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// TestCPU checks CPU against this process's own rusage, that it counts
+// finer than /proc/PID/stat's hundredths of a second, and that a process
+// that is gone reads 0.
+func TestCPU(t *testing.T) {
+	burn := func(d time.Duration) {
+		for start := time.Now(); time.Since(start) < d; {
+		}
+	}
+	fine := false
+	for range 3 {
+		burn(30 * time.Millisecond)
+		var ru syscall.Rusage
+		before := CPU(os.Getpid())
+		if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+			t.Fatal(err)
+		}
+		after := CPU(os.Getpid())
+		self := time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+		if self < before-time.Millisecond || self > after+time.Millisecond {
+			t.Errorf("CPU %s .. %s, rusage %s: they disagree", before, after, self)
+		}
+		if before < 30*time.Millisecond {
+			t.Errorf("CPU %s after burning 30 ms or more", before)
+		}
+		if before%(10*time.Millisecond) != 0 {
+			fine = true
+		}
+	}
+	if !fine {
+		t.Error("CPU counted in whole hundredths of a second three times out of three: the fine clock was not read")
+	}
+	cmd := exec.Command("/bin/true")
+	if err := cmd.Run(); err != nil {
+		t.Fatal(err)
+	}
+	if c := CPU(cmd.Process.Pid); c != 0 {
+		t.Errorf("CPU of a process that is gone: %s, want 0", c)
+	}
+}
