@@ -271,6 +271,19 @@ func BenchmarkExecEcho(b *testing.B) {
 			report(b, lat)
 		})
 	}
+	// A write_file as the agent: a file written whole under a temporary
+	// name, its mode set, renamed into place.
+	b.Run("executor_write_file", func(b *testing.B) {
+		lat := make([]time.Duration, 0, b.N)
+		for b.Loop() {
+			start := time.Now()
+			if err := sb.WriteFile(ctx, "out.txt", []byte("hi\n"), 0o644); err != nil {
+				b.Fatalf("write: %v", err)
+			}
+			lat = append(lat, time.Since(start))
+		}
+		report(b, lat)
+	})
 	b.Run("docker_api_exec", func(b *testing.B) {
 		lat := make([]time.Duration, 0, b.N)
 		for b.Loop() {

@@ -18,7 +18,7 @@ import (
 // BenchmarkExecutorCost measures what the executor process itself spends
 // (its own CPU and the context switches of its threads, children not
 // included) per `/bin/sh -c "echo hi"` it runs as the agent (uid 1000),
-// and per read_file of a small file as the agent, driven over pipes as in
+// and per read_file and write_file of a small file as the agent, driven over pipes as in
 // a sandbox, and the mean round trip of each. Two paces: back to back (a
 // busy session), and with a pause between requests (a session among many,
 // whose executor goes idle between steps). With $GYMSERVER_BASE_EXECUTOR
@@ -47,7 +47,7 @@ func BenchmarkExecutorCost(b *testing.B) {
 		arms = append(arms, arm{name, path})
 	}
 	arms = append(arms, arm{"ours", gymexecBinary(b)})
-	for _, op := range []string{"exec", "read_file"} {
+	for _, op := range []string{"exec", "read_file", "write_file"} {
 		for _, pace := range []time.Duration{0, 20 * time.Millisecond} {
 			b.Run(fmt.Sprintf("%s/pause=%s", op, pace), func(b *testing.B) {
 				cpu := map[string][]float64{}
@@ -81,7 +81,7 @@ func BenchmarkExecutorCost(b *testing.B) {
 }
 
 // executorCost starts binary bin as an executor acting as uid 1000, has
-// it serve n requests of op ("exec" or "read_file"), one after the other
+// it serve n requests of op ("exec", "read_file" or "write_file"), one after the other
 // with pause between them, and returns its own CPU time (µs) and context
 // switches per request, and the mean round trip (µs, pauses not counted).
 func executorCost(b *testing.B, bin, op string, n int, pause time.Duration) (cpuUS, switches, roundTripUS float64) {
@@ -122,7 +122,14 @@ func executorCost(b *testing.B, bin, op string, n int, pause time.Duration) (cpu
 			b.Fatalf("exec: %v, exit %d, stdout %q, stderr %q", err, r.ExitCode, r.Stdout, r.Stderr)
 		}
 	}
-	if op == "read_file" {
+	switch op {
+	case "write_file":
+		run = func() {
+			if err := c.WriteFile(ctx, "out.txt", []byte("hi\n"), 0o644); err != nil {
+				b.Fatalf("write_file: %v", err)
+			}
+		}
+	case "read_file":
 		if err := c.WriteFile(ctx, "hi.txt", []byte("hi\n"), 0o644); err != nil {
 			b.Fatal(err)
 		}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -488,5 +489,51 @@ func TestNoDescriptorLeak(t *testing.T) {
 	}
 	if after > before {
 		t.Errorf("the executor holds %d descriptors after 50 commands, %d before", after, before)
+	}
+}
+
+// TestWriteFileModes checks what write_file leaves: the mode asked for
+// (the umask does not apply; 0644 when none is given), the data whole, and
+// over a directory an ErrIsDir that leaves the directory as it was and no
+// temporary file behind.
+func TestWriteFileModes(t *testing.T) {
+	c, work := subprocess(t)
+	ctx := t.Context()
+	for name, mode := range map[string]fs.FileMode{"a.sh": 0o751, "b.txt": 0, "c.txt": 0o600} {
+		if err := c.WriteFile(ctx, name, []byte(name), mode); err != nil {
+			t.Fatal(err)
+		}
+		fi, err := os.Stat(filepath.Join(work, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := mode
+		if want == 0 {
+			want = 0o644
+		}
+		if fi.Mode().Perm() != want {
+			t.Errorf("%s: mode %v, want %v", name, fi.Mode().Perm(), want)
+		}
+		if data, err := os.ReadFile(filepath.Join(work, name)); err != nil || string(data) != name {
+			t.Errorf("%s: %q %v", name, data, err)
+		}
+	}
+	if err := os.MkdirAll(filepath.Join(work, "d", "e"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.WriteFile(ctx, "d", []byte("x"), 0o644); !errors.Is(err, sandbox.ErrIsDir) {
+		t.Errorf("write over a directory: %v, want ErrIsDir", err)
+	}
+	if fi, err := os.Stat(filepath.Join(work, "d", "e")); err != nil || !fi.IsDir() {
+		t.Errorf("the directory after a write over it: %v", err)
+	}
+	ents, err := os.ReadDir(work)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range ents {
+		if strings.HasPrefix(e.Name(), ".gymserver-write-") {
+			t.Errorf("temporary file left behind: %s", e.Name())
+		}
 	}
 }

@@ -340,8 +340,16 @@ func testFiles(t *testing.T, sb sandbox.Sandbox) {
 	if !errors.Is(err, sandbox.ErrTooLarge) || !bytes.Equal(got, binary[:100]) {
 		t.Errorf("capped read: %d bytes, %v; want the first 100 and ErrTooLarge", len(got), err)
 	}
-	if err := sb.WriteFile(ctx, "deep", []byte("x"), 0o644); err == nil {
-		t.Errorf("writing over a directory succeeded")
+	if err := sb.WriteFile(ctx, "deep", []byte("x"), 0o644); !errors.Is(err, sandbox.ErrIsDir) {
+		t.Errorf("writing over a directory: %v, want ErrIsDir", err)
+	}
+	// The directory is as it was, and the failed write left nothing
+	// behind.
+	if _, err := sb.ReadFile(ctx, "deep/er/unicode-名前.txt", 1<<20); err != nil {
+		t.Errorf("the directory's file after a write over it: %v", err)
+	}
+	if after, err := sb.ListDir(ctx, WorkDir); err != nil || len(after) != len(entries) {
+		t.Errorf("after a failed write the working directory holds %d entries (%v), before %d: %+v", len(after), err, len(entries), after)
 	}
 	if err := sb.Remove(ctx, "deep"); err != nil {
 		t.Fatal(err)
