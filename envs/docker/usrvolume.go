@@ -163,7 +163,13 @@ func (p *Provider) makeUsrVolumes(ctx context.Context, base string) ([]string, e
 	if !ok || err != nil {
 		return nil, err
 	}
-	return binds(":ro,nocopy"), nil
+	// Mounted with the engine's copy on, as the executor volume is: a
+	// volume removed behind the provider's back (a `docker volume prune`
+	// while no sandbox ran) is made again by the engine at the next
+	// create from the sandbox's image, whose /usr/bin and /usr/lib are
+	// the base's (labelUsrBase), rather than mounted empty. A volume that
+	// holds anything is not copied into.
+	return binds(":ro"), nil
 }
 
 // volumesOnce makes a set of volumes, names, once per engine: fill runs

@@ -14,6 +14,7 @@ import (
 
 	"github.com/gymserver/gymserver/envs/baseimage"
 	"github.com/gymserver/gymserver/envs/docker"
+	"github.com/gymserver/gymserver/envs/docker/dockertest"
 	"github.com/gymserver/gymserver/envs/sandbox"
 )
 
@@ -294,4 +295,59 @@ func runToExit(t *testing.T, cli *client.Client, id string) int64 {
 		t.Fatal(err)
 	}
 	return 0
+}
+
+// TestUsrVolumesRemade removes a base image's shared /usr volumes while no
+// sandbox uses them, as `docker volume prune` does behind a running
+// server's back: the provider's next sandbox still has the shared /usr,
+// with the programs and Python it needs, because the engine makes the
+// volumes again from the sandbox's image.
+func TestUsrVolumesRemade(t *testing.T) {
+	p, cli := dockertest.NewWith(t, docker.Options{SyncRemove: true})
+	ctx := t.Context()
+	base := derivedBase(t, cli, "echo remade > /etc/gymtest-remade")
+	img, err := p.Prepare(ctx, sandbox.ImageSpec{BaseImage: base, WorkDir: "/workspace"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	check := func(what string) {
+		t.Helper()
+		sb, err := p.Create(ctx, sandbox.Spec{Image: img, WorkDir: "/workspace", ShareUsr: true})
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		defer sb.Close(context.Background())
+		if m := usrMounts(t, sb); strings.Count(m, "\n") != 2 {
+			t.Errorf("%s: mounts %q, want /usr/bin and /usr/lib", what, m)
+		}
+		if code, out := run(t, sb, false, `cat /etc/gymtest-remade && /bin/echo hi && python3 -c 'import json; print("py")'`); code != 0 || out != "remade\nhi\npy\n" {
+			t.Errorf("%s: exit %d, output %q", what, code, out)
+		}
+	}
+	check("with the volumes made")
+	info, err := cli.ImageInspect(ctx, base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := usrVolumes(t, cli, info.ID)
+	var removed []string
+	for _, n := range names {
+		if strings.HasSuffix(n, "-bin") || strings.HasSuffix(n, "-lib") {
+			if err := cli.VolumeRemove(ctx, n, false); err != nil {
+				t.Fatalf("remove %s: %v", n, err)
+			}
+			removed = append(removed, n)
+		}
+	}
+	if len(removed) != 2 {
+		t.Fatalf("volumes of the base: %v, want a -bin and a -lib", names)
+	}
+	// Made again by the engine, they carry no label: removed here (no
+	// sandbox uses them by then).
+	t.Cleanup(func() {
+		for _, n := range removed {
+			cli.VolumeRemove(context.Background(), n, false)
+		}
+	})
+	check("after the volumes were removed")
 }
