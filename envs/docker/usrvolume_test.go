@@ -11,6 +11,7 @@ import (
 	"github.com/docker/docker/api/types/image"
 	"github.com/docker/docker/api/types/volume"
 	"github.com/docker/docker/client"
+	"github.com/docker/docker/errdefs"
 
 	"github.com/gymserver/gymserver/envs/baseimage"
 	"github.com/gymserver/gymserver/envs/docker"
@@ -266,17 +267,22 @@ func TestSharedUsrFirstUseAtOnce(t *testing.T) {
 	if err != nil || len(locks) != 0 {
 		t.Errorf("lock containers left: %d %v", len(locks), err)
 	}
-	if removed, err := docker.PruneUsrVolumes(ctx, cli); err != nil || len(removed) != 0 {
-		t.Errorf("prune while the base exists: removed %v, %v", removed, err)
+	if removed, err := docker.PruneUsrVolumes(ctx, cli); err != nil || len(removed) != 0 && len(usrVolumes(t, cli, base)) != 3 {
+		t.Errorf("prune while the base exists: removed %v, %v; the base's volumes now %v", removed, err, usrVolumes(t, cli, base))
 	}
 	// A volume whose base image is gone goes.
 	gone := "sha256:" + strings.Repeat("0", 64)
 	if _, err := cli.VolumeCreate(ctx, volume.CreateOptions{Name: "gymserver-usr-000000000000-bin", Labels: map[string]string{"gymserver.usr-of": gone}}); err != nil {
 		t.Fatal(err)
 	}
-	removed, err := docker.PruneUsrVolumes(ctx, cli)
-	if err != nil || len(removed) != 1 || removed[0] != "gymserver-usr-000000000000-bin" {
+	// Every provider that starts prunes too (in another test binary run
+	// at the same time, say), so the volume may be gone before this call:
+	// what counts is that it is gone after it.
+	if removed, err := docker.PruneUsrVolumes(ctx, cli); err != nil || len(removed) > 1 {
 		t.Errorf("prune of a gone base's volume: removed %v, %v", removed, err)
+	}
+	if _, err := cli.VolumeInspect(ctx, "gymserver-usr-000000000000-bin"); !errdefs.IsNotFound(err) {
+		t.Errorf("the volume of a gone base after the prune: %v, want it gone", err)
 	}
 }
 
