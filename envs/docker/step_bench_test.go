@@ -192,10 +192,8 @@ func (c cpuTimes) parts() []time.Duration {
 // partNames are the names of cpuTimes.parts, in order.
 var partNames = []string{"executor", "command", "shims", "fuse-overlayfs", "dockerd+containerd", "client", "host other"}
 
-// medianParts is the median of each part over rounds, as the parts of one
-// cpuTimes (executors and containers rebuilt from executor and command,
-// host from the rest).
-func medianParts(rounds []cpuTimes) cpuTimes {
+// medianParts is the median of each part (cpuTimes.parts) over rounds.
+func medianParts(rounds []cpuTimes) []time.Duration {
 	med := make([]time.Duration, len(partNames))
 	for i := range med {
 		var xs []float64
@@ -204,15 +202,12 @@ func medianParts(rounds []cpuTimes) cpuTimes {
 		}
 		med[i] = time.Duration(medianOf(xs))
 	}
-	c := cpuTimes{executors: med[0], containers: med[0] + med[1], shims: med[2], fuse: med[3], engine: med[4], self: med[5]}
-	c.host = med[6] + c.total()
-	return c
+	return med
 }
 
 // partsGrowth prints each part at 8 and at 128 sessions, and its change.
-func partsGrowth(at8, at128 cpuTimes) string {
+func partsGrowth(p8, p128 []time.Duration) string {
 	var out []string
-	p8, p128 := at8.parts(), at128.parts()
 	for i, name := range partNames {
 		out = append(out, fmt.Sprintf("%s %.3f -> %.3f (%+.3f)", name, ms(p8[i]), ms(p128[i]), ms(p128[i]-p8[i])))
 	}
@@ -549,17 +544,11 @@ func cpuGrowth(b *testing.B, sp, ap *docker.Provider, socket, attach []sandbox.S
 		b.ReportMetric(med[a.name], a.name+"_cpu_ms/step")
 		b.Logf("%s: CPU per step by round %s ms", a.name, floatsAs("%.2f", a.cpu...))
 	}
-	// Where the growth is: each part's median per step, at 8 and at 128.
-	for _, kind := range []string{"socket", "attach"} {
-		at := func(n string) cpuTimes {
-			for _, a := range arms {
-				if a.name == kind+"_"+n {
-					return medianParts(a.parts)
-				}
-			}
-			return cpuTimes{}
-		}
-		fmt.Printf("BenchmarkStepSessions/cpu_growth: %s, median ms per step at 8 -> 128 sessions: %s\n", kind, partsGrowth(at("8"), at("128")))
+	// Where the growth is: each part's median per step, at 8 (arms 0 and
+	// 1) and at 128 (arms 2 and 3).
+	for i, kind := range []string{"socket", "attach"} {
+		fmt.Printf("BenchmarkStepSessions/cpu_growth: %s, median ms per step at 8 -> 128 sessions: %s\n", kind,
+			partsGrowth(medianParts(arms[i].parts), medianParts(arms[i+2].parts)))
 	}
 	// paired is the socket arm's CPU per step over the attach arm's, round
 	// by round, at 8 (i = 0) or 128 (i = 2) sessions.

@@ -18,8 +18,8 @@ import (
 // BenchmarkExecutorCost measures what the executor process itself spends
 // (its own CPU and the context switches of its threads, children not
 // included) per `/bin/sh -c "echo hi"` it runs as the agent (uid 1000),
-// and per read_file and write_file of a small file as the agent, driven over pipes as in
-// a sandbox, and the mean round trip of each. Two paces: back to back (a
+// and per read_file and write_file of a small file as the agent, driven
+// over pipes as in a sandbox, and the mean round trip of each. Two paces: back to back (a
 // busy session), and with a pause between requests (a session among many,
 // whose executor goes idle between steps). With $GYMSERVER_BASE_EXECUTOR
 // naming a baseline binary (e.g. built from an earlier commit), both
@@ -50,6 +50,9 @@ func BenchmarkExecutorCost(b *testing.B) {
 	for _, op := range []string{"exec", "read_file", "write_file"} {
 		for _, pace := range []time.Duration{0, 20 * time.Millisecond} {
 			b.Run(fmt.Sprintf("%s/pause=%s", op, pace), func(b *testing.B) {
+				if b.N == 1 { // the benchmark's first, unreported run
+					return
+				}
 				cpu := map[string][]float64{}
 				sw := map[string][]float64{}
 				lat := map[string][]float64{}
@@ -61,9 +64,6 @@ func BenchmarkExecutorCost(b *testing.B) {
 						sw[a.name] = append(sw[a.name], s)
 						lat[a.name] = append(lat[a.name], l)
 					}
-				}
-				if b.N == 1 { // the benchmark's first, unreported run
-					return
 				}
 				var line []string
 				for _, a := range arms {

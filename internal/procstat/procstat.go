@@ -7,9 +7,9 @@ import (
 	"os"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
-	"unsafe"
+
+	"golang.org/x/sys/unix"
 )
 
 // userHZ is the unit of the times in /proc/PID/stat and /proc/stat.
@@ -34,9 +34,8 @@ func stat(pid int) []string {
 func CPU(pid int) time.Duration {
 	// The clock id of a process's CPU time (clock_getcpuclockid(3)):
 	// the complement of the pid, shifted, with CPUCLOCK_SCHED (2).
-	var ts syscall.Timespec
-	id := uintptr(^pid<<3 | 2)
-	if _, _, e := syscall.Syscall(syscall.SYS_CLOCK_GETTIME, id, uintptr(unsafe.Pointer(&ts)), 0); e == 0 {
+	var ts unix.Timespec
+	if unix.ClockGettime(int32(^pid<<3|2), &ts) == nil {
 		return time.Duration(ts.Nano())
 	}
 	f := stat(pid)
