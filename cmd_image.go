@@ -157,8 +157,9 @@ type pruneOutput struct {
 	Removed []docker.Removed `json:"removed"`
 	// Kept are the candidates that stay, with the reason.
 	Kept []docker.Removed `json:"kept"`
-	// Volumes are the shared /usr volumes removed because their base
-	// image is gone (none on a dry run).
+	// Volumes are the shared volumes removed: the /usr ones of base
+	// images that are gone and the executor ones of other executor builds
+	// (none on a dry run).
 	Volumes []string `json:"volumes_removed"`
 }
 
@@ -174,7 +175,7 @@ func runImagePrune(ctx context.Context, args []string, stdout, stderr io.Writer)
 	maxImages := fs.Int("max-images", 0, "also remove the least recently used prepared and build images beyond this many (0: no cap)")
 	var maxBytes sizeFlag
 	fs.Var(&maxBytes, "max-bytes", "also remove the least recently used prepared and build images beyond this size, e.g. 20GiB (0: no cap)")
-	minIdle := fs.Duration("min-idle", docker.DefaultImageCacheMinIdle, "keep images used more recently than this; running servers mark the images they hold as used every few minutes")
+	minIdle := fs.Duration("min-idle", docker.DefaultImageCacheMinIdle, "keep images used more recently than this, and shared volumes made more recently; running servers mark the images they hold as used every few minutes")
 	jsonOut := fs.Bool("json", false, "print what was removed and kept as JSON")
 	var labels labelsFlag
 	fs.Var(&labels, "label", "only prune images with this KEY or KEY=VALUE label (repeatable)")
@@ -222,10 +223,10 @@ func runImagePrune(ctx context.Context, args []string, stdout, stderr io.Writer)
 	})
 	out := pruneOutput{DryRun: *dryRun, Removed: []docker.Removed{}, Kept: []docker.Removed{}, Volumes: []string{}}
 	if !*dryRun {
-		vols, verr := docker.PruneUsrVolumes(ctx, cli)
+		vols, verr := docker.PruneUsrVolumes(ctx, cli, *minIdle)
 		out.Volumes = append(out.Volumes, vols...)
 		err = errors.Join(err, verr)
-		vols, verr = docker.PruneExecutorVolumes(ctx, cli, hash)
+		vols, verr = docker.PruneExecutorVolumes(ctx, cli, hash, *minIdle)
 		out.Volumes = append(out.Volumes, vols...)
 		err = errors.Join(err, verr)
 	}

@@ -10,6 +10,7 @@ import (
 	"io"
 	"os"
 	"path"
+	"time"
 
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/filters"
@@ -152,17 +153,19 @@ func (p *Provider) fillExecVolume(ctx context.Context, name, image string) error
 
 // PruneExecutorVolumes removes the shared executor volumes of executor
 // builds other than keep (a SHA-256 in hex; "" keeps none) that no
-// container uses, with their markers, and returns their names. A marker
-// goes only with its volume: a volume in use keeps its markers.
-func PruneExecutorVolumes(ctx context.Context, cli *client.Client, keep string) ([]string, error) {
+// container uses and that were made at least minAge ago (see
+// VolumeMinAge), with their markers, and returns their names. A marker
+// goes only with its volume: a volume in use or too new keeps its markers.
+func PruneExecutorVolumes(ctx context.Context, cli *client.Client, keep string, minAge time.Duration) ([]string, error) {
 	list, err := cli.VolumeList(ctx, volume.ListOptions{Filters: filters.NewArgs(filters.Arg("label", labelExecOf))})
 	if err != nil {
 		return nil, fmt.Errorf("docker: list volumes: %w", err)
 	}
+	now := time.Now()
 	var removed []string
 	for _, v := range list.Volumes {
 		hash := v.Labels[labelExecOf]
-		if hash == keep || v.Name != execVolumePrefix(hash) {
+		if hash == keep || v.Name != execVolumePrefix(hash) || !oldEnough(v, minAge, now) {
 			continue
 		}
 		if err := cli.VolumeRemove(ctx, v.Name, false); err != nil {

@@ -555,14 +555,14 @@ func (p *Provider) pruneStaleImages(ctx context.Context) {
 	if n > 0 {
 		p.log.Info("removed prepared images of older executors", "images", n, "bytes", bytes)
 	}
-	vols, err := PruneUsrVolumes(ctx, p.cli)
+	vols, err := PruneUsrVolumes(ctx, p.cli, VolumeMinAge)
 	if err != nil {
 		p.log.Warn("removing shared /usr volumes of removed images failed", "err", err)
 	}
 	if len(vols) > 0 {
 		p.log.Info("removed shared /usr volumes of removed images", "volumes", vols)
 	}
-	vols, err = PruneExecutorVolumes(ctx, p.cli, p.execHash)
+	vols, err = PruneExecutorVolumes(ctx, p.cli, p.execHash, VolumeMinAge)
 	if err != nil {
 		p.log.Warn("removing executor volumes of older executors failed", "err", err)
 	}

@@ -305,15 +305,38 @@ func (p *Provider) usrUnchanged(ctx context.Context, id string) (bool, error) {
 	return true, nil
 }
 
-// PruneUsrVolumes removes the shared /usr volumes whose base image is gone
-// and that no container uses, and returns their names.
-func PruneUsrVolumes(ctx context.Context, cli *client.Client) ([]string, error) {
+// VolumeMinAge is how old a shared volume must be before a prune removes
+// it. A provider makes its volumes before its sandboxes mount them, and
+// other providers wait for their marker meanwhile; a prune by a server of
+// another build starting in that moment would take them away (marker
+// included) and leave those providers waiting until usrMakeTimeout.
+const VolumeMinAge = 10 * time.Minute
+
+// oldEnough reports whether v was made at least minAge before now. A
+// volume whose creation time cannot be read counts as new unless minAge
+// is 0.
+func oldEnough(v *volume.Volume, minAge time.Duration, now time.Time) bool {
+	if minAge <= 0 {
+		return true
+	}
+	created, err := time.Parse(time.RFC3339, v.CreatedAt)
+	return err == nil && now.Sub(created) >= minAge
+}
+
+// PruneUsrVolumes removes the shared /usr volumes whose base image is gone,
+// that no container uses and that were made at least minAge ago (see
+// VolumeMinAge), and returns their names.
+func PruneUsrVolumes(ctx context.Context, cli *client.Client, minAge time.Duration) ([]string, error) {
 	list, err := cli.VolumeList(ctx, volume.ListOptions{Filters: filters.NewArgs(filters.Arg("label", labelUsrOf))})
 	if err != nil {
 		return nil, fmt.Errorf("docker: list volumes: %w", err)
 	}
+	now := time.Now()
 	var removed []string
 	for _, v := range list.Volumes {
+		if !oldEnough(v, minAge, now) {
+			continue
+		}
 		if _, err := cli.ImageInspect(ctx, v.Labels[labelUsrOf]); !isNotFound(err) {
 			continue
 		}
