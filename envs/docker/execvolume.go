@@ -10,6 +10,7 @@ import (
 	"io"
 	"os"
 	"path"
+	"regexp"
 	"time"
 
 	"github.com/docker/docker/api/types/container"
@@ -151,21 +152,35 @@ func (p *Provider) fillExecVolume(ctx context.Context, name, image string) error
 	return nil
 }
 
+// remadeExecVolume matches the name of a shared executor volume the
+// engine made again; such a volume has no label, and its name holds the
+// start of its build's hash.
+var remadeExecVolume = regexp.MustCompile(`^gymserver-exec-([0-9a-f]{12})$`)
+
 // PruneExecutorVolumes removes the shared executor volumes of executor
 // builds other than keep (a SHA-256 in hex; "" keeps none) that no
 // container uses and that were made at least minAge ago (see
 // VolumeMinAge), with their markers, and returns their names. A marker
 // goes only with its volume: a volume in use or too new keeps its markers.
+// It finds the volumes by their label, or by their name when the engine
+// made them again without one.
 func PruneExecutorVolumes(ctx context.Context, cli *client.Client, keep string, minAge time.Duration) ([]string, error) {
-	list, err := cli.VolumeList(ctx, volume.ListOptions{Filters: filters.NewArgs(filters.Arg("label", labelExecOf))})
+	list, err := cli.VolumeList(ctx, volume.ListOptions{Filters: filters.NewArgs(filters.Arg("name", "gymserver-exec-"))})
 	if err != nil {
 		return nil, fmt.Errorf("docker: list volumes: %w", err)
 	}
 	now := time.Now()
 	var removed []string
 	for _, v := range list.Volumes {
-		hash := v.Labels[labelExecOf]
-		if hash == keep || v.Name != execVolumePrefix(hash) || !oldEnough(v, minAge, now) {
+		hash, labelled := v.Labels[labelExecOf]
+		if !labelled {
+			m := remadeExecVolume.FindStringSubmatch(v.Name)
+			if m == nil {
+				continue
+			}
+			hash = m[1]
+		}
+		if execVolumePrefix(hash) == execVolumePrefix(keep) || v.Name != execVolumePrefix(hash) || !oldEnough(v, minAge, now) {
 			continue
 		}
 		if err := cli.VolumeRemove(ctx, v.Name, false); err != nil {

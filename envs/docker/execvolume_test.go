@@ -3,8 +3,6 @@ package docker_test
 import (
 	"context"
 	"crypto/rand"
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -279,58 +277,5 @@ func TestExecutorVolumeRemade(t *testing.T) {
 	check("after the volume was removed")
 	if _, err := cli.VolumeInspect(ctx, name); err != nil {
 		t.Errorf("volume not made again: %v", err)
-	}
-}
-
-// TestPruneExecutorVolumes checks that the volumes of other executor
-// builds go with their markers, unless a container uses them, and that
-// the kept build's stay.
-func TestPruneExecutorVolumes(t *testing.T) {
-	_, cli := newProvider(t)
-	ctx := t.Context()
-	hashes := make([]string, 3) // kept, stale, stale but in use
-	for i := range hashes {
-		sum := sha256.Sum256([]byte(rand.Text()))
-		hashes[i] = hex.EncodeToString(sum[:])
-		for _, suffix := range []string{"", "-ok"} {
-			name := "gymserver-exec-" + hashes[i][:12] + suffix
-			if _, err := cli.VolumeCreate(ctx, volume.CreateOptions{Name: name, Labels: map[string]string{"gymserver.executor-of": hashes[i]}}); err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { cli.VolumeRemove(context.Background(), name, true) })
-		}
-	}
-	user, err := cli.ContainerCreate(ctx, &container.Config{Image: baseimage.Python, Cmd: []string{"true"}},
-		&container.HostConfig{NetworkMode: "none", Binds: []string{"gymserver-exec-" + hashes[2][:12] + ":/v:ro"}}, nil, nil, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cli.ContainerRemove(context.Background(), user.ID, container.RemoveOptions{Force: true})
-	// Volumes younger than VolumeMinAge stay, stale or not: a provider
-	// may have just made them and not yet mounted them.
-	if removed, err := docker.PruneExecutorVolumes(ctx, cli, hashes[0], docker.VolumeMinAge); err != nil || len(removed) != 0 {
-		t.Errorf("prune of old volumes only: removed %v, %v; want none", removed, err)
-	}
-	if got := execVolumes(t, cli, hashes[1]); len(got) != 2 {
-		t.Errorf("new volumes of the stale build after a prune of old ones: %v, want both kept", got)
-	}
-	removed, err := docker.PruneExecutorVolumes(ctx, cli, hashes[0], 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	// This call removed none of the kept build's or of the one in use, the
-	// stale ones are gone, and the one in use is still there.
-	for _, r := range removed {
-		for _, h := range []string{hashes[0], hashes[2]} {
-			if strings.HasPrefix(r, "gymserver-exec-"+h[:12]) {
-				t.Errorf("removed %s, of a build kept or in use", r)
-			}
-		}
-	}
-	if got := execVolumes(t, cli, hashes[1]); len(got) != 0 {
-		t.Errorf("volumes of the stale build after the prune: %v, want none", got)
-	}
-	if got := execVolumes(t, cli, hashes[2]); len(got) != 2 {
-		t.Errorf("volumes of the build in use: %v, want both kept", got)
 	}
 }

@@ -3,6 +3,7 @@ package docker
 import (
 	"context"
 	"fmt"
+	"regexp"
 	"strings"
 	"time"
 
@@ -323,21 +324,35 @@ func oldEnough(v *volume.Volume, minAge time.Duration, now time.Time) bool {
 	return err == nil && now.Sub(created) >= minAge
 }
 
+// remadeUsrVolume matches the name of a shared /usr volume the engine made
+// again (see "Removed behind a server's back" in the README); such a
+// volume has no label, and its name holds its base image's short id.
+var remadeUsrVolume = regexp.MustCompile(`^gymserver-usr-([0-9a-f]{12})-(bin|lib)$`)
+
 // PruneUsrVolumes removes the shared /usr volumes whose base image is gone,
 // that no container uses and that were made at least minAge ago (see
-// VolumeMinAge), and returns their names.
+// VolumeMinAge), and returns their names. It finds them by their label,
+// or by their name when the engine made them again without one.
 func PruneUsrVolumes(ctx context.Context, cli *client.Client, minAge time.Duration) ([]string, error) {
-	list, err := cli.VolumeList(ctx, volume.ListOptions{Filters: filters.NewArgs(filters.Arg("label", labelUsrOf))})
+	list, err := cli.VolumeList(ctx, volume.ListOptions{Filters: filters.NewArgs(filters.Arg("name", "gymserver-usr-"))})
 	if err != nil {
 		return nil, fmt.Errorf("docker: list volumes: %w", err)
 	}
 	now := time.Now()
 	var removed []string
 	for _, v := range list.Volumes {
+		base, labelled := v.Labels[labelUsrOf]
+		if !labelled {
+			m := remadeUsrVolume.FindStringSubmatch(v.Name)
+			if m == nil {
+				continue
+			}
+			base = m[1]
+		}
 		if !oldEnough(v, minAge, now) {
 			continue
 		}
-		if _, err := cli.ImageInspect(ctx, v.Labels[labelUsrOf]); !isNotFound(err) {
+		if _, err := cli.ImageInspect(ctx, base); !isNotFound(err) {
 			continue
 		}
 		if err := cli.VolumeRemove(ctx, v.Name, false); err != nil {

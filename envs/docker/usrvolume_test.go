@@ -2,7 +2,6 @@ package docker_test
 
 import (
 	"context"
-	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -12,7 +11,6 @@ import (
 	"github.com/docker/docker/api/types/image"
 	"github.com/docker/docker/api/types/volume"
 	"github.com/docker/docker/client"
-	"github.com/docker/docker/errdefs"
 
 	"github.com/gymserver/gymserver/envs/baseimage"
 	"github.com/gymserver/gymserver/envs/docker"
@@ -219,8 +217,6 @@ func TestSharedUsrOnlyWhenSafe(t *testing.T) {
 // no volumes yet, all at once, from two providers (two servers on one
 // engine): each gets the shared /usr, the base has exactly its three
 // volumes, and the lock that lets one process make them is gone.
-// PruneUsrVolumes keeps them while the base exists and removes those of a
-// base that is gone.
 func TestSharedUsrFirstUseAtOnce(t *testing.T) {
 	p, cli := newProvider(t)
 	p2, _ := newProvider(t)
@@ -267,29 +263,6 @@ func TestSharedUsrFirstUseAtOnce(t *testing.T) {
 	locks, err := cli.ContainerList(ctx, container.ListOptions{All: true, Filters: filters.NewArgs(filters.Arg("name", "gymserver-usr-"))})
 	if err != nil || len(locks) != 0 {
 		t.Errorf("lock containers left: %d %v", len(locks), err)
-	}
-	if removed, err := docker.PruneUsrVolumes(ctx, cli, 0); err != nil || len(removed) != 0 && len(usrVolumes(t, cli, base)) != 3 {
-		t.Errorf("prune while the base exists: removed %v, %v; the base's volumes now %v", removed, err, usrVolumes(t, cli, base))
-	}
-	// A volume whose base image is gone goes.
-	gone := "sha256:" + strings.Repeat("0", 64)
-	if _, err := cli.VolumeCreate(ctx, volume.CreateOptions{Name: "gymserver-usr-000000000000-bin", Labels: map[string]string{"gymserver.usr-of": gone}}); err != nil {
-		t.Fatal(err)
-	}
-	// A prune that leaves volumes younger than VolumeMinAge (as every
-	// provider's start does) leaves it: it may be one a provider has just
-	// made and not yet mounted.
-	if removed, err := docker.PruneUsrVolumes(ctx, cli, docker.VolumeMinAge); err != nil || len(removed) != 0 {
-		t.Errorf("prune of new volumes only: removed %v, %v; want none", removed, err)
-	}
-	if _, err := cli.VolumeInspect(ctx, "gymserver-usr-000000000000-bin"); err != nil {
-		t.Errorf("the new volume of a gone base after a prune of old ones: %v, want it kept", err)
-	}
-	if removed, err := docker.PruneUsrVolumes(ctx, cli, 0); err != nil || !slices.Contains(removed, "gymserver-usr-000000000000-bin") {
-		t.Errorf("prune of a gone base's volume: removed %v, %v", removed, err)
-	}
-	if _, err := cli.VolumeInspect(ctx, "gymserver-usr-000000000000-bin"); !errdefs.IsNotFound(err) {
-		t.Errorf("the volume of a gone base after the prune: %v, want it gone", err)
 	}
 }
 
