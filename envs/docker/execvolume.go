@@ -172,15 +172,8 @@ func PruneExecutorVolumes(ctx context.Context, cli *client.Client, keep string, 
 	now := time.Now()
 	var removed []string
 	for _, v := range list.Volumes {
-		hash, labelled := v.Labels[labelExecOf]
-		if !labelled {
-			m := remadeExecVolume.FindStringSubmatch(v.Name)
-			if m == nil {
-				continue
-			}
-			hash = m[1]
-		}
-		if execVolumePrefix(hash) == execVolumePrefix(keep) || v.Name != execVolumePrefix(hash) || !oldEnough(v, minAge, now) {
+		hash, ok := volumeOwner(v, labelExecOf, remadeExecVolume)
+		if !ok || execVolumePrefix(hash) == execVolumePrefix(keep) || v.Name != execVolumePrefix(hash) || !oldEnough(v, minAge, now) {
 			continue
 		}
 		if err := cli.VolumeRemove(ctx, v.Name, false); err != nil {

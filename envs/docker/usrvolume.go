@@ -329,6 +329,21 @@ func oldEnough(v *volume.Volume, minAge time.Duration, now time.Time) bool {
 // volume has no label, and its name holds its base image's short id.
 var remadeUsrVolume = regexp.MustCompile(`^gymserver-usr-([0-9a-f]{12})-(bin|lib)$`)
 
+// volumeOwner returns what a shared volume belongs to (a base image, an
+// executor build): the value of label on v or, for a volume the engine
+// made again without labels, the first group of remade in its name. ok is
+// false for any other volume.
+func volumeOwner(v *volume.Volume, label string, remade *regexp.Regexp) (string, bool) {
+	if owner, ok := v.Labels[label]; ok {
+		return owner, true
+	}
+	m := remade.FindStringSubmatch(v.Name)
+	if m == nil {
+		return "", false
+	}
+	return m[1], true
+}
+
 // PruneUsrVolumes removes the shared /usr volumes whose base image is gone,
 // that no container uses and that were made at least minAge ago (see
 // VolumeMinAge), and returns their names. It finds them by their label,
@@ -341,15 +356,8 @@ func PruneUsrVolumes(ctx context.Context, cli *client.Client, minAge time.Durati
 	now := time.Now()
 	var removed []string
 	for _, v := range list.Volumes {
-		base, labelled := v.Labels[labelUsrOf]
-		if !labelled {
-			m := remadeUsrVolume.FindStringSubmatch(v.Name)
-			if m == nil {
-				continue
-			}
-			base = m[1]
-		}
-		if !oldEnough(v, minAge, now) {
+		base, ok := volumeOwner(v, labelUsrOf, remadeUsrVolume)
+		if !ok || !oldEnough(v, minAge, now) {
 			continue
 		}
 		if _, err := cli.ImageInspect(ctx, base); !isNotFound(err) {
