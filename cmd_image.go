@@ -222,7 +222,9 @@ func runImagePrune(ctx context.Context, args []string, stdout, stderr io.Writer)
 		DryRun:        *dryRun,
 	})
 	out := pruneOutput{DryRun: *dryRun, Removed: []docker.Removed{}, Kept: []docker.Removed{}, Volumes: []string{}}
-	if !*dryRun {
+	// The shared volumes carry no label of the user's, so --label, which
+	// narrows the prune to what has that label, leaves them all.
+	if !*dryRun && len(labels) == 0 {
 		vols, verr := docker.PruneUsrVolumes(ctx, cli, *minIdle)
 		out.Volumes = append(out.Volumes, vols...)
 		err = errors.Join(err, verr)

@@ -13,6 +13,7 @@ import (
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/filters"
 	"github.com/docker/docker/api/types/image"
+	"github.com/docker/docker/api/types/volume"
 	"github.com/docker/docker/errdefs"
 
 	"github.com/gymserver/gymserver/envs/baseimage"
@@ -152,9 +153,23 @@ func TestImageCommands(t *testing.T) {
 	if !exists(stale) || !exists(used) || !exists(cur) {
 		t.Fatal("the dry run removed an image")
 	}
+	// A shared executor volume of another build, new and unused: a prune
+	// narrowed by --label leaves every volume (none has the label), even
+	// with --min-idle 0. Without --label it would go, and with it, volumes
+	// that tests of other packages run at the same time have just made.
+	var vb [6]byte
+	_, _ = rand.Read(vb[:])
+	vol := "gymserver-exec-" + hex.EncodeToString(vb[:])
+	if _, err := cli.VolumeCreate(ctx, volume.CreateOptions{Name: vol}); err != nil {
+		t.Fatal(err)
+	}
+	defer cli.VolumeRemove(context.Background(), vol, true)
 	r := prune("--min-idle", "0")
 	if strings.Join(refs(r.Removed), ",") != stale+" stale executor" || exists(stale) || !exists(used) || !exists(cur) {
 		t.Fatalf("prune: %+v; stale present %v, used %v, current %v", r, exists(stale), exists(used), exists(cur))
+	}
+	if _, err := cli.VolumeInspect(ctx, vol); err != nil || len(r.Volumes) != 0 {
+		t.Errorf("prune --label: removed volumes %v; the other build's volume: %v, want it kept", r.Volumes, err)
 	}
 	// A cap of one image removes the current one, as the one in use must
 	// stay.
