@@ -321,13 +321,17 @@ func (p *Provider) makeContainer(ctx context.Context, spec sandbox.Spec) (*Sandb
 	}
 	sockDir, sockToken := p.socketFor()
 	if sockDir != "" {
-		args = append(args, socketArgs(sockToken)...)
+		args = append(args, socketArgs()...)
 	}
+	// Set even without a socket (empty): a snapshot's image, which docker
+	// commit makes with its container's environment, holds the token of
+	// the sandbox it came from.
+	env := append(envList(spec.Env), socketEnv(sockToken))
 	cfg := &container.Config{
 		Image:           spec.Image,
 		Cmd:             p.executorCmd(args...),
 		User:            machineUser,
-		Env:             envList(spec.Env),
+		Env:             env,
 		WorkingDir:      workdir,
 		Labels:          p.labels(labels),
 		NetworkDisabled: noNetwork,

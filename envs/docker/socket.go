@@ -123,9 +123,17 @@ func (p *Provider) socketFor() (dir, token string) {
 	return dir, hex.EncodeToString(b[:])
 }
 
-// socketArgs are the executor's flags for a socket in socketMount.
-func socketArgs(token string) []string {
-	return []string{"--socket", socketMount + "/" + socketName, "--socket-token", token}
+// socketArgs are the executor's flags for a socket in socketMount; its
+// token goes in the container's environment (socketEnv), which, unlike
+// the command line, the agent cannot read in /proc.
+func socketArgs() []string {
+	return []string{"--socket", socketMount + "/" + socketName}
+}
+
+// socketEnv is the container's environment entry that gives the executor
+// its socket's token.
+func socketEnv(token string) string {
+	return executor.SocketTokenEnv + "=" + token
 }
 
 // socketDialHook, when set (by tests), runs before the client connects to

@@ -75,7 +75,24 @@ func TestExecutorSocket(t *testing.T) {
 	p, cli := newProvider(t)
 	ctx := t.Context()
 	attempts := map[string]string{}
+	var agentSaw string
 	docker.SetSocketDialHook(t, func(id, path, token string) {
+		// What the agent can read of every process's command line and
+		// environment while the token is good: not the token. (A docker
+		// exec's process starts with the container's environment, which
+		// holds it; the agent's processes are the executor's children,
+		// which do not, so this one drops it as they lack it.)
+		out, err := dockerExecAs(ctx, cli, id, "1000:1000", []string{"env", "-u", "GYMSERVER_SOCKET_TOKEN", "/bin/sh", "-c",
+			`for p in /proc/[0-9]*; do tr '\0' '\n' < $p/cmdline; tr '\0' '\n' < $p/environ; done 2>/dev/null; echo procs-read`})
+		if err != nil {
+			t.Errorf("read /proc as the agent: %v", err)
+		}
+		if !strings.Contains(out, "serve\n") || !strings.Contains(out, "procs-read") {
+			t.Errorf("the agent did not read the executor's command line (so the check below proves nothing): %q", out)
+		}
+		if strings.Contains(out, token) {
+			agentSaw = out
+		}
 		for _, user := range []string{"0:0", "1000:1000"} {
 			out, err := dockerExecAs(ctx, cli, id, user, []string{"python3", "-c", insideConnect, token})
 			if err != nil {
@@ -102,10 +119,17 @@ func TestExecutorSocket(t *testing.T) {
 	if got := attempts["1000:1000"]; !strings.HasPrefix(got, "refused: PermissionError") {
 		t.Errorf("the agent inside the sandbox with the right token: %q, want refused: PermissionError", got)
 	}
+	if agentSaw != "" {
+		t.Errorf("the agent read the socket's token in /proc: %q", agentSaw)
+	}
 	if !docker.UsesSocket(sb) {
 		t.Fatal("the sandbox does not use its executor's socket")
 	}
 	echoes(t, sb)
+	// Commands do not inherit it either.
+	if r, err := sb.Exec(ctx, sandbox.ExecRequest{Argv: []string{"/usr/bin/env"}, Timeout: time.Minute}); err != nil || strings.Contains(string(r.Stdout), "GYMSERVER_SOCKET_TOKEN") {
+		t.Errorf("a command's environment: %q, %v; want no socket token", r.Stdout, err)
+	}
 	dir := socketBind(t, cli, sb.ID())
 	if dir == "" {
 		t.Fatal("no socket directory bound")
@@ -170,5 +194,34 @@ func TestExecutorSocketFallback(t *testing.T) {
 	echoes(t, sb)
 	if err := sb.Close(context.Background()); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestSnapshotWithoutSocket checks that a committed snapshot of a sandbox
+// that had a socket (docker commit keeps the container's environment, with
+// its token) starts and works where no socket is bound (a provider with
+// AttachStream), and that no token of the earlier sandbox reaches its
+// commands.
+func TestSnapshotWithoutSocket(t *testing.T) {
+	p, _ := newProvider(t)
+	ctx := t.Context()
+	sb := baseSandbox(t, p, sandbox.Spec{})
+	if !docker.UsesSocket(sb) {
+		t.Fatal("the first sandbox does not use its executor's socket")
+	}
+	ref, err := sb.(sandbox.Committer).Commit(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ap, _ := dockertest.NewWith(t, docker.Options{AttachStream: true})
+	fork, err := ap.Create(ctx, sandbox.Spec{Image: ref, WorkDir: "/workspace"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fork.Close(context.Background())
+	echoes(t, fork)
+	r, err := fork.Exec(ctx, sandbox.ExecRequest{Argv: []string{"/usr/bin/env"}, Timeout: time.Minute})
+	if err != nil || strings.Contains(string(r.Stdout), "GYMSERVER_SOCKET_TOKEN") {
+		t.Errorf("the snapshot's command environment: %q, %v; want no socket token", r.Stdout, err)
 	}
 }

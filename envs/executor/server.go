@@ -45,19 +45,28 @@ type Options struct {
 	Logger *slog.Logger
 }
 
+// SocketTokenEnv is the environment variable that gives serve the token
+// of its socket (see Main).
+const SocketTokenEnv = "GYMSERVER_SOCKET_TOKEN"
+
 // Main is the entry of the executor binary; args[0] is the mode:
 //
 //	serve [--workdir DIR] [--agent UID:GID] [--close-root-group] [--no-network]
-//	      [--socket PATH --socket-token TOKEN]
+//	      [--socket PATH]
 //	                                       answer requests on stdin/stdout,
 //	                                       and on one connection to PATH
 //	                                       (see listenSocket)
 //	idle                                   block until SIGTERM or SIGINT
 //
+// With --socket, the socket's token comes in the environment variable
+// SocketTokenEnv, not on the command line, which every process in the
+// sandbox, the agent's too, can read in /proc; serve removes it from its
+// environment at once, so no command it starts inherits it.
+//
 // It returns the process exit code.
 func Main(args []string) int {
 	if len(args) == 0 {
-		fmt.Fprintln(os.Stderr, "executor: usage: serve [--workdir DIR] [--agent UID:GID] [--close-root-group] [--no-network] [--socket PATH --socket-token TOKEN] | idle")
+		fmt.Fprintln(os.Stderr, "executor: usage: serve [--workdir DIR] [--agent UID:GID] [--close-root-group] [--no-network] [--socket PATH] | idle")
 		return 2
 	}
 	switch args[0] {
@@ -70,12 +79,15 @@ func Main(args []string) int {
 		closeRoot := fs.Bool("close-root-group", false, "clear the group bits of / where that changes no one's access (see closeRootGroup)")
 		noNetwork := fs.Bool("no-network", false, "check that loopback is the only network interface and write /etc/hosts (see setUpNoNetwork)")
 		socketPath := fs.String("socket", "", "also serve one connection to a Unix socket made at `PATH` (see serveSocket)")
-		socketToken := fs.String("socket-token", "", "the token the socket's client must send first")
+		socketToken := os.Getenv(SocketTokenEnv)
+		os.Unsetenv(SocketTokenEnv)
 		if err := fs.Parse(args[1:]); err != nil {
 			return 2
 		}
-		if (*socketPath == "") != (*socketToken == "") {
-			fmt.Fprintln(os.Stderr, "executor: --socket and --socket-token go together")
+		// A token without --socket is ignored: an image committed from a
+		// sandbox that had a socket carries its container's environment.
+		if *socketPath != "" && socketToken == "" {
+			fmt.Fprintf(os.Stderr, "executor: --socket needs its token in $%s\n", SocketTokenEnv)
 			return 2
 		}
 		var cred *Cred
@@ -117,7 +129,7 @@ func Main(args []string) int {
 			if l, err := listenSocket(*socketPath); err != nil {
 				logger.Warn("executor socket", "err", err)
 			} else {
-				go serveSocket(ctx, l, *socketToken, opts, logger)
+				go serveSocket(ctx, l, socketToken, opts, logger)
 			}
 		}
 		if err := Serve(ctx, pollableStdin(), os.Stdout, opts); err != nil {

@@ -62,9 +62,17 @@ func TestSocketRefusesVisiblePeer(t *testing.T) {
 }
 
 // TestSocketFlagsGoTogether checks that serve refuses a socket without its
-// token and a token without its socket.
+// token, and that the token is no longer in its environment once it read
+// it, even when serve stops at once (a bad flag).
 func TestSocketFlagsGoTogether(t *testing.T) {
-	for _, args := range [][]string{{"serve", "--socket", "/tmp/x.sock"}, {"serve", "--socket-token", "t"}} {
+	for _, c := range []struct {
+		args  []string
+		token string
+	}{{[]string{"serve", "--socket", "/tmp/x.sock"}, ""}, {[]string{"serve", "--no-such-flag"}, "t"}} {
+		args := c.args
+		if c.token != "" {
+			t.Setenv(SocketTokenEnv, c.token)
+		}
 		stderr := os.Stderr
 		r, w, _ := os.Pipe()
 		os.Stderr = w
@@ -73,7 +81,10 @@ func TestSocketFlagsGoTogether(t *testing.T) {
 		w.Close()
 		msg, _ := io.ReadAll(r)
 		if code != 2 {
-			t.Errorf("%v: exit %d (%s), want 2", args, code, msg)
+			t.Errorf("%v, token %q: exit %d (%s), want 2", args, c.token, code, msg)
+		}
+		if v, ok := os.LookupEnv(SocketTokenEnv); ok {
+			t.Errorf("%v: $%s still set after serve started: %q", args, SocketTokenEnv, v)
 		}
 	}
 }
