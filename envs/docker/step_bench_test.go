@@ -39,8 +39,10 @@ var stepCommand = []string{"/bin/sh", "-c", "echo hi"}
 // transport at all.
 //
 // cpu_growth measures how CPU per step grows from 8 to 128 sessions, for
-// these sandboxes and for sandboxes whose client keeps the attach stream
-// (Options.AttachStream), as before executor sockets: see cpuGrowth.
+// these sandboxes, for sandboxes whose client keeps the attach stream
+// (Options.AttachStream), as before executor sockets, for the Docker API
+// exec docker-py makes, and for the machine alone (resident shells on the
+// host): see cpuGrowth.
 //
 // At 8 and 32 sessions, exec_floating runs the same steps in sandboxes
 // of a provider that does not pin them to cores (Options.FloatCPUs), as
@@ -388,8 +390,22 @@ func (r stepRun) String() string {
 // session one step after the other, and measures it.
 func runSteps(b *testing.B, p *docker.Provider, boxes []sandbox.Sandbox, req sandbox.ExecRequest, steps int) stepRun {
 	ctx := context.Background()
-	n := len(boxes)
-	meter := newCPUMeter(b, p, boxes)
+	return driveSteps(b, newCPUMeter(b, p, boxes), len(boxes), steps, func(i int) error {
+		r, err := boxes[i].Exec(ctx, req)
+		if err != nil {
+			return err
+		}
+		if string(r.Stdout) != "hi\n" || r.ExitCode != 0 {
+			return fmt.Errorf("exec: exit %d stdout %q stderr %q", r.ExitCode, r.Stdout, r.Stderr)
+		}
+		return nil
+	})
+}
+
+// driveSteps has n sessions call step (with the session's index), steps
+// calls in all, each session one call after the other, and measures it
+// with meter.
+func driveSteps(b *testing.B, meter *cpuMeter, n, steps int, step func(i int) error) stepRun {
 	var left atomic.Int64
 	left.Store(int64(steps))
 	lats := make([][]time.Duration, n)
@@ -403,16 +419,12 @@ func runSteps(b *testing.B, p *docker.Provider, boxes []sandbox.Sandbox, req san
 	sw := switches()
 	start := time.Now()
 	meter.start()
-	for i, sb := range boxes {
+	for i := range n {
 		g.Go(func() error {
 			for left.Add(-1) >= 0 {
 				t0 := time.Now()
-				r, err := sb.Exec(ctx, req)
-				if err != nil {
+				if err := step(i); err != nil {
 					return err
-				}
-				if string(r.Stdout) != "hi\n" || r.ExitCode != 0 {
-					return fmt.Errorf("exec: exit %d stdout %q stderr %q", r.ExitCode, r.Stdout, r.Stderr)
 				}
 				lats[i] = append(lats[i], time.Since(t0))
 			}
@@ -497,32 +509,57 @@ func warmUp(b *testing.B, boxes []sandbox.Sandbox, req sandbox.ExecRequest) {
 	}
 }
 
-// growthRounds is how many times cpuGrowth measures each of its four
-// arms, after one round it does not count.
+// growthRounds is how many times cpuGrowth measures each of its arms,
+// after one round it does not count.
 const growthRounds = 4
 
-// cpuGrowth runs b.N `/bin/sh -c "echo hi"` steps in 8 and in 128 of the
-// sandboxes socket (whose client speaks to the executor's socket) and
-// attach (whose client keeps the attach stream, Options.AttachStream), in
-// alternating order over growthRounds rounds, so that a drift of the
-// machine's speed falls on all four arms alike. The first round, which
-// finds the sandboxes just made, is not counted. It reports the median CPU
-// per step of each arm, how much it grows from 8 to 128 sessions, and,
-// round by round, the socket arm's CPU per step over the attach arm's at
-// 8 and at 128 sessions.
+// growthArm is one way of stepping that cpuGrowth measures, at one number
+// of sessions.
+type growthArm struct {
+	name string
+	run  func(b *testing.B) stepRun
+	// cpu is the CPU per step of the parts cpuMeter names, host the
+	// host's busy time per step, and parts the parts per step, by round.
+	cpu, host []float64
+	parts     []cpuTimes
+}
+
+// cpuGrowth runs `/bin/sh -c "echo hi"` steps in 8 and in 128 sessions of
+// four kinds, in alternating order over growthRounds rounds, so that a
+// drift of the machine's speed falls on every arm alike (the first round,
+// which finds the sandboxes just made, is not counted):
+//   - socket: the sandboxes whose client speaks to the executor's socket,
+//     as gymserver runs (b.N steps);
+//   - attach: sandboxes whose client keeps the attach stream
+//     (Options.AttachStream), as before executor sockets (b.N steps);
+//   - docker_api: the socket sandboxes stepped the way the seeds step with
+//     docker-py, an exec created, started and inspected per step
+//     (runDockerAPISteps; b.N/8 steps, at least 32: each costs tens of
+//     milliseconds);
+//   - host: resident shells on the host that run the command, with no
+//     Docker and no gymserver (hostLoops; b.N steps), which shows how
+//     much of the growth is the machine's own.
+//
+// It reports the median CPU per step of each arm, how much it grows from
+// 8 to 128 sessions, where the growth is (the parts of the socket and
+// attach arms), the socket arm's CPU per step over the attach arm's round
+// by round, and the host's busy time per step of every arm (the only
+// measure the docker_api and host arms have: the processes of their steps
+// are short-lived, and runc's belong to no container).
 func cpuGrowth(b *testing.B, sp, ap *docker.Provider, socket, attach []sandbox.Sandbox) {
 	req := sandbox.ExecRequest{Argv: stepCommand, Timeout: time.Minute}
 	warmUp(b, socket, req)
 	warmUp(b, attach, req)
-	type arm struct {
-		name  string
-		p     *docker.Provider
-		boxes []sandbox.Sandbox
-		cpu   []float64
-		parts []cpuTimes // per step, by round
+	loops := startHostLoops(b, len(socket))
+	apiSteps := max(b.N/8, 32)
+	var arms []*growthArm
+	for _, n := range []int{8, 128} {
+		arms = append(arms,
+			&growthArm{name: fmt.Sprintf("socket_%d", n), run: func(b *testing.B) stepRun { return runSteps(b, sp, socket[:n], req, b.N) }},
+			&growthArm{name: fmt.Sprintf("attach_%d", n), run: func(b *testing.B) stepRun { return runSteps(b, ap, attach[:n], req, b.N) }},
+			&growthArm{name: fmt.Sprintf("docker_api_%d", n), run: func(b *testing.B) stepRun { return runDockerAPISteps(b, sp, socket[:n], apiSteps) }},
+			&growthArm{name: fmt.Sprintf("host_%d", n), run: func(b *testing.B) stepRun { return runHostSteps(b, loops, n, b.N) }})
 	}
-	arms := []*arm{{name: "socket_8", p: sp, boxes: socket[:8]}, {name: "attach_8", p: ap, boxes: attach[:8]},
-		{name: "socket_128", p: sp, boxes: socket}, {name: "attach_128", p: ap, boxes: attach}}
 	for round := range growthRounds + 1 {
 		order := slices.Clone(arms)
 		if round%2 == 1 {
@@ -530,44 +567,61 @@ func cpuGrowth(b *testing.B, sp, ap *docker.Provider, socket, attach []sandbox.S
 		}
 		for _, a := range order {
 			b.StartTimer()
-			run := runSteps(b, a.p, a.boxes, req, b.N)
+			run := a.run(b)
 			b.StopTimer()
 			if round > 0 {
 				a.cpu = append(a.cpu, run.perStep(run.cpu.total()))
+				a.host = append(a.host, run.perStep(run.cpu.host))
 				a.parts = append(a.parts, run.cpu.per(len(run.lats)))
 			}
 		}
 	}
-	med := map[string]float64{}
+	med, host := map[string]float64{}, map[string]float64{}
 	for _, a := range arms {
-		med[a.name] = medianOf(a.cpu)
+		med[a.name], host[a.name] = medianOf(a.cpu), medianOf(a.host)
+		b.ReportMetric(host[a.name], a.name+"_host_ms/step")
+		if !strings.HasPrefix(a.name, "socket") && !strings.HasPrefix(a.name, "attach") {
+			// Their steps' processes are not among cpuMeter's parts.
+			b.Logf("%s: host busy per step by round %s ms", a.name, floatsAs("%.2f", a.host...))
+			continue
+		}
 		b.ReportMetric(med[a.name], a.name+"_cpu_ms/step")
-		b.Logf("%s: CPU per step by round %s ms", a.name, floatsAs("%.2f", a.cpu...))
+		b.Logf("%s: CPU per step by round %s ms; host busy per step %s ms", a.name, floatsAs("%.2f", a.cpu...), floatsAs("%.2f", a.host...))
 	}
-	// Where the growth is: each part's median per step, at 8 (arms 0 and
-	// 1) and at 128 (arms 2 and 3).
-	for i, kind := range []string{"socket", "attach"} {
+	arm := map[string]*growthArm{}
+	for _, a := range arms {
+		arm[a.name] = a
+	}
+	// Where the growth is: each part's median per step, at 8 and at 128.
+	for _, kind := range []string{"socket", "attach"} {
 		fmt.Printf("BenchmarkStepSessions/cpu_growth: %s, median ms per step at 8 -> 128 sessions: %s\n", kind,
-			partsGrowth(medianParts(arms[i].parts), medianParts(arms[i+2].parts)))
+			partsGrowth(medianParts(arm[kind+"_8"].parts), medianParts(arm[kind+"_128"].parts)))
 	}
 	// paired is the socket arm's CPU per step over the attach arm's, round
-	// by round, at 8 (i = 0) or 128 (i = 2) sessions.
-	paired := func(i int) []float64 {
+	// by round, at n sessions.
+	paired := func(n int) []float64 {
+		s, a := arm[fmt.Sprintf("socket_%d", n)], arm[fmt.Sprintf("attach_%d", n)]
 		var r []float64
-		for j := range arms[i].cpu {
-			r = append(r, arms[i].cpu[j]/arms[i+1].cpu[j])
+		for j := range s.cpu {
+			r = append(r, s.cpu[j]/a.cpu[j])
 		}
 		return r
 	}
-	at8, at128 := paired(0), paired(2)
-	growth := func(kind string) float64 { return 100 * (med[kind+"_128"]/med[kind+"_8"] - 1) }
-	b.ReportMetric(growth("socket"), "socket_growth_%")
-	b.ReportMetric(growth("attach"), "attach_growth_%")
+	at8, at128 := paired(8), paired(128)
+	growth := func(m map[string]float64, kind string) float64 { return 100 * (m[kind+"_128"]/m[kind+"_8"] - 1) }
+	b.ReportMetric(growth(med, "socket"), "socket_growth_%")
+	b.ReportMetric(growth(med, "attach"), "attach_growth_%")
+	for _, kind := range []string{"socket", "docker_api", "host"} {
+		b.ReportMetric(growth(host, kind), kind+"_host_growth_%")
+	}
 	b.ReportMetric(medianOf(at8), "socket/attach_at_8")
 	b.ReportMetric(medianOf(at128), "socket/attach_at_128")
 	fmt.Printf("BenchmarkStepSessions/cpu_growth: CPU per step from 8 to 128 sessions (median of %d alternating rounds): executor socket %.2f -> %.2f ms (%+.0f %%); attach stream (before) %.2f -> %.2f ms (%+.0f %%); socket over attach by round at 8 %s (median %.2f), at 128 %s (median %.2f)\n",
-		growthRounds, med["socket_8"], med["socket_128"], growth("socket"), med["attach_8"], med["attach_128"], growth("attach"),
+		growthRounds, med["socket_8"], med["socket_128"], growth(med, "socket"), med["attach_8"], med["attach_128"], growth(med, "attach"),
 		floatsAs("%.2f", at8...), medianOf(at8), floatsAs("%.2f", at128...), medianOf(at128))
+	fmt.Printf("BenchmarkStepSessions/cpu_growth: host busy per step from 8 to 128 sessions (median of %d alternating rounds): gymserver (executor socket) %.2f -> %.2f ms (%+.0f %%); attach stream %.2f -> %.2f ms (%+.0f %%); baseline, the Docker API as docker-py's exec_run calls it, %.2f -> %.2f ms (%+.0f %%); the machine alone (a resident /bin/sh per session on the host, no Docker) %.3f -> %.3f ms (%+.0f %%)\n",
+		growthRounds, host["socket_8"], host["socket_128"], growth(host, "socket"), host["attach_8"], host["attach_128"], growth(host, "attach"),
+		host["docker_api_8"], host["docker_api_128"], growth(host, "docker_api"), host["host_8"], host["host_128"], growth(host, "host"))
 }
 
 // stepSessions is one sub-benchmark of BenchmarkStepSessions: n sessions
