@@ -198,7 +198,15 @@ type dockerPy struct {
 // startDockerPy starts dockerPyScript; the benchmark's cleanup ends it.
 func startDockerPy(b *testing.B, image, owner string) *dockerPy {
 	b.Helper()
-	cmd := exec.Command("/usr/bin/python3", "-c", dockerPyScript, image, owner)
+	in, out := startPiped(b, "docker-py baseline (needs python3-docker)", exec.Command("/usr/bin/python3", "-c", dockerPyScript, image, owner))
+	return &dockerPy{in: in, out: bufio.NewScanner(out)}
+}
+
+// startPiped starts cmd with a pipe to its stdin and one from its stdout.
+// The benchmark's cleanup closes its stdin and waits for it to end; a
+// failure is reported with name and what cmd wrote to stderr.
+func startPiped(b *testing.B, name string, cmd *exec.Cmd) (io.WriteCloser, io.Reader) {
+	b.Helper()
 	in, err := cmd.StdinPipe()
 	if err != nil {
 		b.Fatal(err)
@@ -210,15 +218,15 @@ func startDockerPy(b *testing.B, image, owner string) *dockerPy {
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
 	if err := cmd.Start(); err != nil {
-		b.Fatalf("docker-py baseline (needs python3-docker): %v", err)
+		b.Fatalf("%s: %v", name, err)
 	}
 	b.Cleanup(func() {
 		in.Close()
 		if err := cmd.Wait(); err != nil {
-			b.Errorf("docker-py baseline: %v: %s", err, stderr.String())
+			b.Errorf("%s: %v: %s", name, err, stderr.String())
 		}
 	})
-	return &dockerPy{in: in, out: bufio.NewScanner(out)}
+	return in, out
 }
 
 // createStart has docker-py create and start one container, removes it,

@@ -36,23 +36,7 @@ func startHostLoops(b *testing.B, n int) *hostLoops {
 	h := &hostLoops{}
 	for i := range n {
 		cmd := exec.Command("/bin/sh", "-c", hostLoopScript)
-		in, err := cmd.StdinPipe()
-		if err != nil {
-			b.Fatal(err)
-		}
-		out, err := cmd.StdoutPipe()
-		if err != nil {
-			b.Fatal(err)
-		}
-		if err := cmd.Start(); err != nil {
-			b.Fatal(err)
-		}
-		b.Cleanup(func() {
-			in.Close()
-			if err := cmd.Wait(); err != nil {
-				b.Errorf("host loop %d: %v", i, err)
-			}
-		})
+		in, out := startPiped(b, fmt.Sprintf("host loop %d", i), cmd)
 		var set unix.CPUSet
 		set.Set(i % numCPU())
 		if err := unix.SchedSetaffinity(cmd.Process.Pid, &set); err != nil {
