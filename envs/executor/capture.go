@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"sync"
 	"syscall"
 	"time"
 )
@@ -72,6 +73,16 @@ func (c *capture) bytes() ([]byte, int64) {
 	return out, c.total - int64(len(out))
 }
 
+// readBufs holds the buffers that output pipes are read into, 32 KiB
+// each. A buffer made for each read would be zeroed every time, and the
+// reader goroutine's stack would grow to hold it, copied at each doubling:
+// work and evicted cache lines for every command, most of which write a few
+// bytes.
+var readBufs = sync.Pool{New: func() any {
+	b := make([]byte, 32<<10)
+	return &b
+}}
+
 // outputPipe carries one output stream of a command into a capture. The
 // executor owns the pipe (no os/exec copying goroutine with its own
 // deadline): the command gets the write end, a goroutine reads the read end
@@ -87,11 +98,24 @@ type outputPipe struct {
 // holder that keeps writing must not keep finish reading.
 const pipeDrainMax = 1 << 20
 
+// newOutputPipe makes the pipe. Only the executor's end goes on the
+// runtime's poller: the command's end is a plain blocking descriptor, which
+// os.Pipe would register with the poller and os/exec then take off it again,
+// some ten system calls per command for nothing.
 func newOutputPipe(c *capture) (*outputPipe, error) {
-	r, w, err := os.Pipe()
-	if err != nil {
-		return nil, fmt.Errorf("output pipe: %w", err)
+	var fds [2]int
+	if err := syscall.Pipe2(fds[:], syscall.O_CLOEXEC); err != nil {
+		return nil, fmt.Errorf("output pipe: %w", os.NewSyscallError("pipe2", err))
 	}
+	if err := syscall.SetNonblock(fds[0], true); err != nil {
+		syscall.Close(fds[0])
+		syscall.Close(fds[1])
+		return nil, fmt.Errorf("output pipe: %w", os.NewSyscallError("fcntl", err))
+	}
+	// NewFile puts a non-blocking descriptor on the poller and leaves a
+	// blocking one off it.
+	r := os.NewFile(uintptr(fds[0]), "|0")
+	w := os.NewFile(uintptr(fds[1]), "|1")
 	return &outputPipe{r: r, w: w, c: c, done: make(chan struct{})}, nil
 }
 
@@ -101,7 +125,9 @@ func (p *outputPipe) start() {
 	p.w.Close()
 	go func() {
 		defer close(p.done)
-		buf := make([]byte, 32<<10)
+		bp := readBufs.Get().(*[]byte)
+		defer readBufs.Put(bp)
+		buf := *bp
 		for {
 			n, err := p.r.Read(buf)
 			if n > 0 {
@@ -151,7 +177,9 @@ func drainBuffered(f *os.File, write func([]byte)) error {
 	if err != nil {
 		return fmt.Errorf("drain pipe: %w", err)
 	}
-	buf := make([]byte, 32<<10)
+	bp := readBufs.Get().(*[]byte)
+	defer readBufs.Put(bp)
+	buf := *bp
 	var readErr error
 	err = rc.Read(func(fd uintptr) bool {
 		for taken := 0; taken < pipeDrainMax; {

@@ -122,6 +122,7 @@ func Main(args []string) int {
 		tuneRuntime()
 		ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
 		defer stop()
+		batchThreads()
 		opts := Options{WorkDir: *workdir, Agent: cred, Logger: logger}
 		if *socketPath != "" {
 			// The client falls back to stdin when the socket is not
@@ -195,6 +196,10 @@ type server struct {
 
 	// inFlight counts the requests being handled.
 	inFlight atomic.Int64
+
+	// devNull is the standard input of commands given none, opened once:
+	// os/exec would open /dev/null for each one. Nil lets os/exec do it.
+	devNull *os.File
 }
 
 // Serve answers requests read from r, writing responses to w, until r ends
@@ -206,6 +211,11 @@ func Serve(ctx context.Context, r io.Reader, w io.Writer, opts Options) error {
 	}
 	s := &server{opts: opts, log: log, w: bufio.NewWriter(w), groups: map[int]bool{}, running: map[uint64]context.CancelFunc{},
 		held: map[uint64][]byte{}, shellTurn: make(chan struct{}, 1)}
+	// A blocking descriptor, off the poller (see newOutputPipe).
+	if fd, err := syscall.Open(os.DevNull, syscall.O_RDONLY|syscall.O_CLOEXEC, 0); err == nil {
+		s.devNull = os.NewFile(uintptr(fd), os.DevNull)
+		defer s.devNull.Close() // after every handler has returned
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	defer s.closeShell() // after every handler has returned
@@ -387,7 +397,7 @@ func (s *server) exec(ctx context.Context, req request) response {
 	cmd.Env = append(env, req.Env...)
 	if req.Background {
 		// Output is discarded (nil means /dev/null).
-		if err := cmd.Start(); err != nil {
+		if err := startCmd(cmd); err != nil {
 			closePidfd(*pidfd)
 			return response{ID: req.ID, ErrKind: startKind(err), Err: err.Error()}
 		}
@@ -402,6 +412,8 @@ func (s *server) exec(ctx context.Context, req request) response {
 	stdout, stderr := newCapture(maxOut), newCapture(maxOut)
 	if req.Stdin != nil {
 		cmd.Stdin = bytes.NewReader(req.Stdin)
+	} else if s.devNull != nil {
+		cmd.Stdin = s.devNull
 	}
 	// Bounds only the stdin copy now: the output pipes are ours.
 	cmd.WaitDelay = waitDelay
@@ -476,7 +488,7 @@ func (s *server) exec(ctx context.Context, req request) response {
 	var direct bool
 	if !zplan.running {
 		if d := directCmd(req, cmd); d != nil {
-			if err := d.Start(); err == nil {
+			if err := startCmd(d); err == nil {
 				cmd, direct = d, true
 			} else {
 				// Nothing of the program ran: the shell runs it, or says
@@ -487,7 +499,7 @@ func (s *server) exec(ctx context.Context, req request) response {
 		}
 	}
 	if !zplan.running && !direct {
-		if err := cmd.Start(); err != nil {
+		if err := startCmd(cmd); err != nil {
 			closePidfd(*pidfd)
 			outPipe.close()
 			errPipe.close()
