@@ -5,10 +5,13 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"runtime"
 	"sort"
 	"strings"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/gymserver/gymserver/envs/executor"
 	"github.com/gymserver/gymserver/envs/sandbox"
@@ -19,7 +22,8 @@ import (
 // (its own CPU and the context switches of its threads, children not
 // included) per `/bin/sh -c "echo hi"` it runs as the agent (uid 1000),
 // and per read_file and write_file of a small file as the agent, driven
-// over pipes as in a sandbox, and the mean round trip of each. Two paces: back to back (a
+// over pipes and pinned to one core with its commands, as in a sandbox,
+// and the mean round trip of each. Two paces: back to back (a
 // busy session), and with a pause between requests (a session among many,
 // whose executor goes idle between steps). With $GYMSERVER_BASE_EXECUTOR
 // naming a baseline binary (e.g. built from an earlier commit), both
@@ -105,7 +109,7 @@ func executorCost(b *testing.B, bin, op string, n int, pause time.Duration) (cpu
 	stdin, _ := cmd.StdinPipe()
 	stdout, _ := cmd.StdoutPipe()
 	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
+	if err := startPinned(cmd); err != nil {
 		b.Fatal(err)
 	}
 	c := executor.NewClient(stdout, stdin)
@@ -154,6 +158,24 @@ func executorCost(b *testing.B, bin, op string, n int, pause time.Duration) (cpu
 	}
 	cpu1, sw1 := procstat.CPU(pid), procstat.Switches(pid)
 	return float64((cpu1 - cpu0).Microseconds()) / float64(n), float64(sw1-sw0) / float64(n), float64(busy.Microseconds()) / float64(n)
+}
+
+// startPinned starts cmd pinned to the machine's last core, as a sandbox's
+// executor is pinned to its core, with the commands it runs: cmd inherits
+// the CPU affinity of the thread that forks it, set for the moment.
+func startPinned(cmd *exec.Cmd) error {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	var all, one unix.CPUSet
+	if err := unix.SchedGetaffinity(0, &all); err != nil {
+		return err
+	}
+	one.Set(runtime.NumCPU() - 1)
+	if err := unix.SchedSetaffinity(0, &one); err != nil {
+		return err
+	}
+	defer unix.SchedSetaffinity(0, &all)
+	return cmd.Start()
 }
 
 // middle is the median of xs.

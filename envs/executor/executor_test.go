@@ -118,6 +118,9 @@ func TestExec(t *testing.T) {
 		{"echo", sandbox.ExecRequest{Argv: []string{"echo", "hi"}}, 0, "hi\n", ""},
 		{"exit code", sandbox.ExecRequest{Argv: sh("echo out; echo err >&2; exit 7")}, 7, "out\n", "err\n"},
 		{"stdin", sandbox.ExecRequest{Argv: []string{"cat"}, Stdin: []byte("fed\x00in")}, 0, "fed\x00in", ""},
+		// Without stdin, /dev/null (one kept open, read only): a read
+		// ends at once and a write fails.
+		{"no stdin", sandbox.ExecRequest{Argv: sh("cat; readlink /proc/self/fd/0; echo x 2>/dev/null >&0 || echo read-only")}, 0, "/dev/null\nread-only\n", ""},
 		{"env", sandbox.ExecRequest{Argv: sh(`printf %s "$GYM_X"`), Env: []string{"GYM_X=a b"}}, 0, "a b", ""},
 		{"default cwd", sandbox.ExecRequest{Argv: []string{"pwd"}}, 0, work + "\n", ""},
 		{"argv not shell", sandbox.ExecRequest{Argv: []string{"echo", "$HOME;", "|"}}, 0, "$HOME; |\n", ""},

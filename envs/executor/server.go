@@ -122,7 +122,6 @@ func Main(args []string) int {
 		tuneRuntime()
 		ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
 		defer stop()
-		batchThreads()
 		opts := Options{WorkDir: *workdir, Agent: cred, Logger: logger}
 		if *socketPath != "" {
 			// The client falls back to stdin when the socket is not
@@ -397,7 +396,7 @@ func (s *server) exec(ctx context.Context, req request) response {
 	cmd.Env = append(env, req.Env...)
 	if req.Background {
 		// Output is discarded (nil means /dev/null).
-		if err := startCmd(cmd); err != nil {
+		if err := cmd.Start(); err != nil {
 			closePidfd(*pidfd)
 			return response{ID: req.ID, ErrKind: startKind(err), Err: err.Error()}
 		}
@@ -488,7 +487,7 @@ func (s *server) exec(ctx context.Context, req request) response {
 	var direct bool
 	if !zplan.running {
 		if d := directCmd(req, cmd); d != nil {
-			if err := startCmd(d); err == nil {
+			if err := d.Start(); err == nil {
 				cmd, direct = d, true
 			} else {
 				// Nothing of the program ran: the shell runs it, or says
@@ -499,7 +498,7 @@ func (s *server) exec(ctx context.Context, req request) response {
 		}
 	}
 	if !zplan.running && !direct {
-		if err := startCmd(cmd); err != nil {
+		if err := cmd.Start(); err != nil {
 			closePidfd(*pidfd)
 			outPipe.close()
 			errPipe.close()

@@ -102,7 +102,7 @@ func (s *server) startShell(dir string) (*shell, error) {
 		return nil, err
 	}
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = inR, outW, errW
-	err = startCmd(cmd)
+	err = cmd.Start()
 	closeFiles(inR, outW, errW)
 	if err != nil {
 		closeFiles(inW, outR, errR)

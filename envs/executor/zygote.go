@@ -249,7 +249,7 @@ func startZygote() (*zygote, error) {
 	// Its own group: no kill of a command's group reaches it.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	z.start = time.Now()
-	if err := startCmd(cmd); err != nil {
+	if err := cmd.Start(); err != nil {
 		conn.Close()
 		return nil, fmt.Errorf("start %s: %w", python, err)
 	}
