@@ -83,13 +83,14 @@ func killTree(pid int) {
 // oomCounter reads the memory cgroup's count of OOM kills. Every command
 // reads it twice, so the counter's file stays open and a read is one pread
 // from offset 0 (which makes the kernel render the file afresh) instead of
-// a path walk, an open and a close. (A file of /sys is never on the
-// runtime's poller: Fd costs no system call.)
+// a path walk, an open and a close. It is a bare descriptor, never closed:
+// an *os.File of a cgroup file, which the kernel can poll, would be on the
+// runtime's poller, and each Fd would make it blocking again.
 type oomCounter struct {
 	// mu guards the fields below.
 	mu     sync.Mutex
 	opened bool
-	f      *os.File // nil when no counter is readable
+	fd     int // -1 when no counter is readable
 	buf    []byte
 }
 
@@ -102,20 +103,21 @@ func (o *oomCounter) kills() int64 {
 	defer o.mu.Unlock()
 	if !o.opened {
 		o.opened = true
+		o.fd = -1
 		for _, name := range oomFiles {
-			if f, err := os.Open(name); err == nil {
-				o.f = f
+			if fd, err := syscall.Open(name, syscall.O_RDONLY|syscall.O_CLOEXEC, 0); err == nil {
+				o.fd = fd
 				break
 			}
 		}
 		o.buf = make([]byte, 4096)
 	}
-	if o.f == nil {
+	if o.fd < 0 {
 		return -1
 	}
-	// One pread takes it whole (it is far shorter than buf); ReadAt
-	// would make a second one to see the end of the file.
-	n, err := syscall.Pread(int(o.f.Fd()), o.buf, 0)
+	// One pread takes it whole (it is far shorter than buf); os.File's
+	// ReadAt would make a second one to see the end of the file.
+	n, err := syscall.Pread(o.fd, o.buf, 0)
 	if err != nil {
 		return -1
 	}
