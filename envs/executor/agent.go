@@ -183,6 +183,7 @@ func onSpareThread(fn func()) {
 	var run func(onThread chan<- struct{})
 	run = func(onThread chan<- struct{}) {
 		runtime.LockOSThread()
+		normalThread()
 		if syscall.Gettid() == syscall.Getpid() {
 			// Try again elsewhere. This goroutine keeps the main thread
 			// until the new one has a thread of its own: unlocking at

@@ -61,21 +61,8 @@ func subprocess(t testing.TB) (*executor.Client, string) {
 // startExecutor is subprocess that also returns the executor's process.
 func startExecutor(t testing.TB) (*executor.Client, *exec.Cmd, string) {
 	t.Helper()
-	binPath := gymexecBinary(t)
 	work := t.TempDir()
-	cmd := exec.Command(binPath, "serve", "--workdir", work)
-	stdin, _ := cmd.StdinPipe()
-	stdout, _ := cmd.StdoutPipe()
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	c := executor.NewClient(stdout, stdin)
-	t.Cleanup(func() {
-		c.Close()
-		cmd.Process.Kill()
-		cmd.Wait()
-	})
+	c, cmd := serveWith(t, exec.Command(gymexecBinary(t), "serve", "--workdir", work), (*exec.Cmd).Start)
 	return c, cmd, work
 }
 

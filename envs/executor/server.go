@@ -152,6 +152,7 @@ func tuneRuntime() {
 	if os.Getenv("GOMAXPROCS") == "" {
 		runtime.GOMAXPROCS(1)
 	}
+	idleSysmon()
 }
 
 // server is the state of one Serve call.
@@ -232,6 +233,7 @@ func Serve(ctx context.Context, r io.Reader, w io.Writer, opts Options) error {
 		if ctx.Err() != nil {
 			return nil
 		}
+		normalThreads()
 		wg.Add(1)
 		s.inFlight.Add(1)
 		go func() {
@@ -396,7 +398,7 @@ func (s *server) exec(ctx context.Context, req request) response {
 	cmd.Env = append(env, req.Env...)
 	if req.Background {
 		// Output is discarded (nil means /dev/null).
-		if err := cmd.Start(); err != nil {
+		if err := startCmd(cmd); err != nil {
 			closePidfd(*pidfd)
 			return response{ID: req.ID, ErrKind: startKind(err), Err: err.Error()}
 		}
@@ -487,7 +489,7 @@ func (s *server) exec(ctx context.Context, req request) response {
 	var direct bool
 	if !zplan.running {
 		if d := directCmd(req, cmd); d != nil {
-			if err := d.Start(); err == nil {
+			if err := startCmd(d); err == nil {
 				cmd, direct = d, true
 			} else {
 				// Nothing of the program ran: the shell runs it, or says
@@ -498,7 +500,7 @@ func (s *server) exec(ctx context.Context, req request) response {
 		}
 	}
 	if !zplan.running && !direct {
-		if err := cmd.Start(); err != nil {
+		if err := startCmd(cmd); err != nil {
 			closePidfd(*pidfd)
 			outPipe.close()
 			errPipe.close()

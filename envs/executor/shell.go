@@ -81,7 +81,8 @@ func (s *server) startShell(dir string) (*shell, error) {
 	cmd := exec.Command(path, argv[1:]...)
 	cmd.Dir = dir
 	env := os.Environ()
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	pidfd := pidfdSlot()
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, PidFD: pidfd}
 	if a := s.opts.Agent; a != nil {
 		env = a.env(env)
 		cmd.SysProcAttr.Credential = a.sysCred()
@@ -102,9 +103,10 @@ func (s *server) startShell(dir string) (*shell, error) {
 		return nil, err
 	}
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = inR, outW, errW
-	err = cmd.Start()
+	err = startCmd(cmd)
 	closeFiles(inR, outW, errW)
 	if err != nil {
+		closePidfd(*pidfd)
 		closeFiles(inW, outR, errR)
 		return nil, err
 	}
@@ -112,6 +114,7 @@ func (s *server) startShell(dir string) (*shell, error) {
 		chunks: make(chan shellChunk, 64), exited: make(chan struct{}), readDone: make(chan struct{})}
 	s.started(sh.pid)
 	go func() {
+		awaitExit(*pidfd) // on the poller: see sysmon.go
 		sh.state, _ = cmd.Process.Wait()
 		close(sh.exited)
 	}()

@@ -247,15 +247,18 @@ func startZygote() (*zygote, error) {
 	cmd.ExtraFiles = []*os.File{theirs} // fd 3
 	cmd.Stderr = &limitedWriter{buf: &z.stderr, max: 4 << 10}
 	// Its own group: no kill of a command's group reaches it.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	pidfd := pidfdSlot()
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, PidFD: pidfd}
 	z.start = time.Now()
-	if err := cmd.Start(); err != nil {
+	if err := startCmd(cmd); err != nil {
+		closePidfd(*pidfd)
 		conn.Close()
 		return nil, fmt.Errorf("start %s: %w", python, err)
 	}
 	z.pid = cmd.Process.Pid
 	_ = os.WriteFile("/proc/"+strconv.Itoa(z.pid)+"/oom_score_adj", []byte(zygoteOOMScore), 0)
 	go func() {
+		awaitExit(*pidfd) // on the poller: see sysmon.go
 		_ = cmd.Wait()
 		close(z.exited)
 	}()
