@@ -5,8 +5,11 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"os"
 	"os/exec"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/docker/docker/client"
 	"golang.org/x/sys/unix"
@@ -63,8 +66,9 @@ func (h *hostLoops) step(i int) error {
 	return nil
 }
 
-// runHostSteps has the first n host loops step, steps in all, and measures
-// the host's busy time (the loops are host processes of no container).
+// runHostSteps has the first n loops of h step, steps in all, and measures
+// the host's busy time (the only measure that covers both kinds of loop:
+// host processes of no container, and startContainerLoops' shells).
 func runHostSteps(b *testing.B, h *hostLoops, n, steps int) stepRun {
 	return driveSteps(b, &cpuMeter{}, n, steps, h.step)
 }
@@ -91,4 +95,65 @@ func runDockerAPISteps(b *testing.B, p *docker.Provider, boxes []sandbox.Sandbox
 		}
 		return nil
 	})
+}
+
+// containerLoopScript is what startContainerLoops runs in each sandbox: the
+// loop of hostLoopScript, reading and writing two FIFOs in the sandbox's
+// /tmp that the benchmark opens from the host.
+const containerLoopScript = `rm -f /tmp/.floor-in /tmp/.floor-out && mkfifo /tmp/.floor-in /tmp/.floor-out && exec </tmp/.floor-in >/tmp/.floor-out && ` + hostLoopScript
+
+// startContainerLoops starts the loop of hostLoops in each of boxes, as
+// the agent, in the background (the executor only starts it), and
+// connects to it through FIFOs in the sandbox's /tmp, opened from the host
+// through /proc/PID/root. A step is then the same command run by a
+// resident shell in the same sandbox, cgroups and file system as a step of
+// gymserver, with no executor, no client and no transport: what the
+// machine's own CPU per step is for sessions in containers. The loops end
+// when the benchmark's cleanup closes their FIFOs.
+func startContainerLoops(b *testing.B, boxes []sandbox.Sandbox) *hostLoops {
+	b.Helper()
+	ctx := context.Background()
+	cli, err := client.NewClientWithOpts(client.FromEnv, client.WithAPIVersionNegotiation())
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer cli.Close()
+	h := &hostLoops{}
+	for i, sb := range boxes {
+		if _, err := sb.Exec(ctx, sandbox.ExecRequest{Argv: []string{"/bin/sh", "-c", containerLoopScript}, Background: true}); err != nil {
+			b.Fatalf("container loop %d: %v", i, err)
+		}
+		info, err := cli.ContainerInspect(ctx, sb.ID())
+		if err != nil {
+			b.Fatalf("container loop %d: %v", i, err)
+		}
+		dir := fmt.Sprintf("/proc/%d/root/tmp/", info.State.Pid)
+		// The loop makes its FIFOs after the exec returns, and opens them
+		// after that: without O_NONBLOCK, an open for writing would wait
+		// for a reader forever if the loop had failed.
+		deadline := time.Now().Add(30 * time.Second)
+		var in *os.File
+		for {
+			if in, err = os.OpenFile(dir+".floor-in", os.O_WRONLY|syscall.O_NONBLOCK, 0); err == nil {
+				break
+			}
+			if time.Now().After(deadline) {
+				b.Fatalf("container loop %d: no reader of its FIFO after 30s: %v", i, err)
+			}
+			time.Sleep(time.Millisecond)
+		}
+		// The loop, reading, opens its output next.
+		out, err := os.Open(dir + ".floor-out")
+		if err != nil {
+			in.Close()
+			b.Fatalf("container loop %d: %v", i, err)
+		}
+		b.Cleanup(func() {
+			in.Close()
+			out.Close()
+		})
+		h.in = append(h.in, in)
+		h.out = append(h.out, bufio.NewReader(out))
+	}
+	return h
 }

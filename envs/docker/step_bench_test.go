@@ -542,19 +542,27 @@ type growthArm struct {
 //     milliseconds);
 //   - host: resident shells on the host that run the command, with no
 //     Docker and no gymserver (hostLoops; b.N steps), which shows how
-//     much of the growth is the machine's own.
+//     much of the growth is the machine's own;
+//   - container: the same resident shells inside the socket sandboxes,
+//     driven through FIFOs (startContainerLoops; b.N steps): the same
+//     cgroups, pinning and file system as gymserver's steps, with no
+//     executor, client or transport, which shows how much of the growth
+//     is the machine's own for sessions in containers.
 //
 // It reports the median CPU per step of each arm, how much it grows from
 // 8 to 128 sessions, where the growth is (the parts of the socket and
 // attach arms), the socket arm's CPU per step over the attach arm's round
-// by round, and the host's busy time per step of every arm (the only
-// measure the docker_api and host arms have: the processes of their steps
-// are short-lived, and runc's belong to no container).
+// by round, the host's busy time per step of every arm (the only measure
+// the docker_api, host and container arms have: the processes of their
+// steps are short-lived, runc's belong to no container, and the container
+// arm's sandboxes are the socket arm's), and gymserver's own part: the
+// socket arm's host busy time beyond the container arm's.
 func cpuGrowth(b *testing.B, sp, ap *docker.Provider, socket, attach []sandbox.Sandbox) {
 	req := sandbox.ExecRequest{Argv: stepCommand, Timeout: time.Minute}
 	warmUp(b, socket, req)
 	warmUp(b, attach, req)
 	loops := startHostLoops(b, len(socket))
+	inside := startContainerLoops(b, socket)
 	apiSteps := max(b.N/8, 32)
 	var arms []*growthArm
 	for _, n := range []int{8, 128} {
@@ -562,7 +570,8 @@ func cpuGrowth(b *testing.B, sp, ap *docker.Provider, socket, attach []sandbox.S
 			&growthArm{name: fmt.Sprintf("socket_%d", n), parted: true, run: func(b *testing.B) stepRun { return runSteps(b, sp, socket[:n], req, b.N) }},
 			&growthArm{name: fmt.Sprintf("attach_%d", n), parted: true, run: func(b *testing.B) stepRun { return runSteps(b, ap, attach[:n], req, b.N) }},
 			&growthArm{name: fmt.Sprintf("docker_api_%d", n), run: func(b *testing.B) stepRun { return runDockerAPISteps(b, sp, socket[:n], apiSteps) }},
-			&growthArm{name: fmt.Sprintf("host_%d", n), run: func(b *testing.B) stepRun { return runHostSteps(b, loops, n, b.N) }})
+			&growthArm{name: fmt.Sprintf("host_%d", n), run: func(b *testing.B) stepRun { return runHostSteps(b, loops, n, b.N) }},
+			&growthArm{name: fmt.Sprintf("container_%d", n), run: func(b *testing.B) stepRun { return runHostSteps(b, inside, n, b.N) }})
 	}
 	for round := range growthRounds + 1 {
 		order := slices.Clone(arms)
@@ -614,17 +623,30 @@ func cpuGrowth(b *testing.B, sp, ap *docker.Provider, socket, attach []sandbox.S
 	growth := func(m map[string]float64, kind string) float64 { return 100 * (m[kind+"_128"]/m[kind+"_8"] - 1) }
 	b.ReportMetric(growth(med, "socket"), "socket_growth_%")
 	b.ReportMetric(growth(med, "attach"), "attach_growth_%")
-	for _, kind := range []string{"socket", "docker_api", "host"} {
+	for _, kind := range []string{"socket", "docker_api", "host", "container"} {
 		b.ReportMetric(growth(host, kind), kind+"_host_growth_%")
 	}
+	// gymserver's own part: the socket arm's host busy time beyond the
+	// container arm's, round by round.
+	own := func(n int) float64 {
+		s, c := arm[fmt.Sprintf("socket_%d", n)], arm[fmt.Sprintf("container_%d", n)]
+		var d []float64
+		for j := range s.host {
+			d = append(d, s.host[j]-c.host[j])
+		}
+		return medianOf(d)
+	}
+	own8, own128 := own(8), own(128)
+	b.ReportMetric(100*(own128/own8-1), "own_host_growth_%")
 	b.ReportMetric(medianOf(at8), "socket/attach_at_8")
 	b.ReportMetric(medianOf(at128), "socket/attach_at_128")
 	fmt.Printf("BenchmarkStepSessions/cpu_growth: CPU per step from 8 to 128 sessions (median of %d alternating rounds): executor socket %.2f -> %.2f ms (%+.0f %%); attach stream (before) %.2f -> %.2f ms (%+.0f %%); socket over attach by round at 8 %s (median %.2f), at 128 %s (median %.2f)\n",
 		growthRounds, med["socket_8"], med["socket_128"], growth(med, "socket"), med["attach_8"], med["attach_128"], growth(med, "attach"),
 		floatsAs("%.2f", at8...), medianOf(at8), floatsAs("%.2f", at128...), medianOf(at128))
-	fmt.Printf("BenchmarkStepSessions/cpu_growth: host busy per step from 8 to 128 sessions (median of %d alternating rounds): gymserver (executor socket) %.2f -> %.2f ms (%+.0f %%); attach stream %.2f -> %.2f ms (%+.0f %%); baseline, the Docker API as docker-py's exec_run calls it, %.2f -> %.2f ms (%+.0f %%); the machine alone (a resident /bin/sh per session on the host, no Docker) %.3f -> %.3f ms (%+.0f %%)\n",
+	fmt.Printf("BenchmarkStepSessions/cpu_growth: host busy per step from 8 to 128 sessions (median of %d alternating rounds): gymserver (executor socket) %.2f -> %.2f ms (%+.0f %%); attach stream %.2f -> %.2f ms (%+.0f %%); baseline, the Docker API as docker-py's exec_run calls it, %.2f -> %.2f ms (%+.0f %%); the machine alone (a resident /bin/sh per session on the host, no Docker) %.3f -> %.3f ms (%+.0f %%); the machine in containers (the same shells in the sandboxes, no gymserver) %.3f -> %.3f ms (%+.0f %%); gymserver's own part (beyond the machine in containers, median by round) %.3f -> %.3f ms (%+.0f %%)\n",
 		growthRounds, host["socket_8"], host["socket_128"], growth(host, "socket"), host["attach_8"], host["attach_128"], growth(host, "attach"),
-		host["docker_api_8"], host["docker_api_128"], growth(host, "docker_api"), host["host_8"], host["host_128"], growth(host, "host"))
+		host["docker_api_8"], host["docker_api_128"], growth(host, "docker_api"), host["host_8"], host["host_128"], growth(host, "host"),
+		host["container_8"], host["container_128"], growth(host, "container"), own8, own128, 100*(own128/own8-1))
 }
 
 // stepSessions is one sub-benchmark of BenchmarkStepSessions: n sessions
