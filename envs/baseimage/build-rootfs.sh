@@ -32,5 +32,22 @@ chroot "$rootfs" /usr/bin/python3 -m compileall -q "$stdlib" /usr/lib/python3/di
 # file instead of opening the twelve files of /usr/lib/locale/C.utf8, which
 # cost milliseconds per exec on overlay file systems.
 chroot "$rootfs" /usr/bin/localedef --add-to-archive --replace /usr/lib/locale/C.utf8
+# Programs start without the storage driver's daemon where they can. On
+# fuse-overlayfs every symlink of the root file system that a path follows
+# (/lib, /lib64, /bin) and every file opened there is a round trip to the
+# container's daemon; /usr, shared from the engine's own disk, is not. Each
+# dynamically linked program's loader reads /etc/ld.so.cache and loads its
+# libraries by the paths listed there: the cache now lists
+# /usr/lib/x86_64-linux-gnu (the same directory as /lib/x86_64-linux-gnu) and
+# lives under /usr, /etc/ld.so.cache being a symlink to it (one round trip
+# instead of four: open, attributes, access list, release), and the loader's
+# own link in /usr/lib64 points within /usr rather than through /lib. An
+# ldconfig run later (a package install in a task's image) writes a plain
+# /etc/ld.so.cache over the symlink, in the same order, and works as before.
+conf="$rootfs/etc/ld.so.conf.d/x86_64-linux-gnu.conf"
+printf '# Multiarch support, /usr first: see build-rootfs.sh\n/usr/local/lib/x86_64-linux-gnu\n/usr/lib/x86_64-linux-gnu\n/lib/x86_64-linux-gnu\n' >"$conf"
+chroot "$rootfs" /usr/sbin/ldconfig -C /usr/lib/ld.so.cache
+ln -sfn ../usr/lib/ld.so.cache "$rootfs/etc/ld.so.cache"
+ln -sfn ../lib/x86_64-linux-gnu/ld-linux-x86-64.so.2 "$rootfs/usr/lib64/ld-linux-x86-64.so.2"
 echo "packing $tarball"
 tar --numeric-owner -C "$rootfs" -cf "$tarball" .

@@ -504,8 +504,9 @@ func TestStoppedExecutorBoundsExec(t *testing.T) {
 
 // TestBaseImage checks what the built-in base image promises the agent and
 // the evaluator: it is of the current recipe, Python's bytecode is there
-// for the agent to read but not to write, and text is UTF-8 (through the
-// locale archive, which makes setlocale cheap).
+// for the agent to read but not to write, text is UTF-8 (through the
+// locale archive, which makes setlocale cheap), and the loader finds its
+// cache and libraries under /usr, while ldconfig still works.
 func TestBaseImage(t *testing.T) {
 	p, cli := newProvider(t)
 	ctx := t.Context()
@@ -542,6 +543,21 @@ print(os.path.isfile(c), os.access(c, os.R_OK), os.access(c, os.W_OK), os.access
 	r, err := sb.Exec(ctx, sandbox.ExecRequest{Argv: []string{"/bin/sh", "-c", `printf 'h\303\251' | wc -m; test -f /usr/lib/locale/locale-archive && echo archive`}, Timeout: time.Minute})
 	if err != nil || string(r.Stdout) != "2\narchive\n" {
 		t.Errorf("wc -m of two characters and the locale archive: %q (stderr %q, %v)", r.Stdout, r.Stderr, err)
+	}
+	// The loader's cache and link stay on /usr (see build-rootfs.sh): the
+	// cache lists no library through /lib.
+	r, err = sb.Exec(ctx, sandbox.ExecRequest{Argv: []string{"/bin/sh", "-c",
+		`readlink /etc/ld.so.cache /usr/lib64/ld-linux-x86-64.so.2; ldconfig -p | grep -c ' => /lib/'; ldconfig -p | grep -q ' => /usr/lib/x86_64-linux-gnu/libc.so.6$' && echo libc`},
+		Timeout: time.Minute})
+	if want := "../usr/lib/ld.so.cache\n../lib/x86_64-linux-gnu/ld-linux-x86-64.so.2\n0\nlibc\n"; err != nil || string(r.Stdout) != want {
+		t.Errorf("the loader's cache and link: %q (stderr %q, %v), want %q", r.Stdout, r.Stderr, err, want)
+	}
+	// ldconfig (a library installed by a task's image) still works: it
+	// writes a plain cache over the link, and programs run.
+	r, err = sb.Exec(ctx, sandbox.ExecRequest{Argv: []string{"/bin/sh", "-c",
+		`ldconfig && test -f /etc/ld.so.cache && ! test -L /etc/ld.so.cache && python3 -c 'print("ok")'`}, Priv: true, Timeout: time.Minute})
+	if err != nil || r.ExitCode != 0 || string(r.Stdout) != "ok\n" {
+		t.Errorf("ldconfig as root: exit %d, %q (stderr %q, %v)", r.ExitCode, r.Stdout, r.Stderr, err)
 	}
 }
 
