@@ -21,25 +21,28 @@ import (
 // executor makes wakes it (the runtime wakes it on entry to a system call so
 // that it can take the scheduler slot back if the call blocks), and then it
 // polls every 20 µs until the process is idle again. Per command that was
-// about 6 wake-ups and 9 of the executor's 18 context switches, each one a
+// about 6 wake-ups and 9 of the executor's 18 to 20 context switches, each one a
 // switch away from the command on the sandbox's only core. The executor
 // does not need it: it waits for requests, pipes and children on the
 // runtime's poller, not in blocking system calls. As SCHED_IDLE, sysmon runs
 // only when nothing else on the core wants to, and its wake-ups no longer
 // preempt the command or the executor.
 //
-// Two things make this safe:
-//   - No goroutine of the executor waits in a blocking system call: a
-//     goroutine blocked in one keeps the one scheduler slot (GOMAXPROCS=1)
-//     until sysmon takes it back, and an idle sysmon on a busy core may
-//     take a long time. Children, the persistent shell and the zygote are
-//     waited for through pidfds on the poller (awaitExit).
+// Three things make this safe:
+//   - No goroutine of the executor waits in a blocking system call for
+//     long: a goroutine blocked in one keeps the one scheduler slot
+//     (GOMAXPROCS=1) until sysmon takes it back, and an idle sysmon on a
+//     busy core may take seconds. Children, the persistent shell and the
+//     zygote are waited for through pidfds on the poller (awaitExit).
 //   - A thread inherits its creator's policy, and sysmon does create threads
 //     (when it hands the slot of a blocked call to a new one). Every process
 //     the executor starts is started by startCmd, which first gives its
 //     thread the normal policy back, and the threads of the agent's file
 //     operations do the same; so no command and no agent thread ever runs
 //     at idle priority.
+//   - For each request, normalThreads gives the normal policy back to any
+//     other thread that has sysmon's, so that the executor's own work does
+//     not stay at idle priority either.
 
 // sysmonTID is the thread id of sysmon once idleSysmon gave it SCHED_IDLE,
 // and 0 before or without: a thread with SCHED_IDLE other than it has the
