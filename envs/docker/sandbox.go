@@ -453,13 +453,18 @@ func (s *Sandbox) attach(ctx context.Context) error {
 	s.stderr = &logLines{log: p.log, container: shortID(s.id)}
 	pr, pw := io.Pipe()
 	s.copied = make(chan struct{})
+	stderr, copied := s.stderr, s.copied
 	go func() {
-		defer close(s.copied)
-		stderr := s.stderr
 		_, err := stdcopy.StdCopy(pw, stderr, conn.Reader)
 		if err == nil {
 			err = io.EOF
 		}
+		// copied closes before the client can see the stream's end: a
+		// client that fails on it then finds all of the executor's stderr
+		// (diagnose). Closed after, a failing client could look first and
+		// miss the last message, as TestExecutorStartFailureSaid once did
+		// on a loaded machine.
+		close(copied)
 		pw.CloseWithError(err)
 	}()
 	s.exec = executor.NewClient(pr, hijackWriter{conn})
