@@ -359,7 +359,9 @@ func (s *server) shellExec(ctx context.Context, req request) response {
 			errScan.feed(c.data)
 		}
 	}
-	var killed, gone bool
+	// givenUp says the shell's readers were stopped (takeOutput): the shell
+	// goes even if its markers were among what was left in its pipes.
+	var killed, gone, givenUp bool
 	var grace <-chan time.Time
 	exited := sh.exited
 	for !(outScan.found && errScan.found) && !gone {
@@ -381,7 +383,7 @@ func (s *server) shellExec(ctx context.Context, req request) response {
 			if err := sh.takeOutput(feed); err != nil {
 				s.log.Warn("shell output", "err", err)
 			}
-			gone = true
+			gone, givenUp = true, true
 		case <-cctx.Done():
 			if !killed {
 				killed = true
@@ -402,8 +404,11 @@ func (s *server) shellExec(ctx context.Context, req request) response {
 			resp.ExitCode = n
 		}
 	}
-	if !outScan.found || !errScan.found {
-		// The shell is gone or stuck: it goes, with whatever it ran.
+	if !outScan.found || !errScan.found || givenUp {
+		// The shell is gone or stuck: it goes, with whatever it ran. One
+		// whose markers came only as its readers were stopped goes too:
+		// kept, it would have no readers, and the next command would
+		// find its pipes' end at once and kill it.
 		sh.stop()
 		s.sh = nil
 		if st := sh.state; st != nil && !killed {
