@@ -145,8 +145,13 @@ func bakeAndCreate(b *testing.B, p *docker.Provider, files []sandbox.File) (stri
 }
 
 // removeImages removes the baseline's images when the benchmark ends.
-func removeImages(b *testing.B, cli *client.Client, refs *[]string) {
+// p is closed first: its sandboxes' containers go in the background
+// after Close, and an image a container still uses cannot be removed.
+func removeImages(b *testing.B, p *docker.Provider, cli *client.Client, refs *[]string) {
 	b.Cleanup(func() {
+		if err := p.Close(context.Background()); err != nil {
+			b.Errorf("close the provider: %v", err)
+		}
 		for _, ref := range *refs {
 			if _, err := cli.ImageRemove(context.Background(), ref, image.RemoveOptions{PruneChildren: true}); err != nil {
 				b.Errorf("remove %s: %v", ref, err)
@@ -208,7 +213,7 @@ func BenchmarkResetTask(b *testing.B) {
 	b.Run("per-task-image", func(b *testing.B) {
 		p, cli := dockertest.NewWith(b, docker.Options{})
 		var refs []string
-		removeImages(b, cli, &refs)
+		removeImages(b, p, cli, &refs)
 		run := salt(b)
 		lat := make([]time.Duration, 0, 16)
 		for i := 0; b.Loop(); i++ {
@@ -257,7 +262,7 @@ func BenchmarkDiskPerTask(b *testing.B) {
 	b.Run("per-task-image", func(b *testing.B) {
 		p, cli := dockertest.NewWith(b, docker.Options{})
 		var refs []string
-		removeImages(b, cli, &refs)
+		removeImages(b, p, cli, &refs)
 		run := salt(b)
 		base := imageSize(b, cli, baseimage.Python)
 		var added int64
