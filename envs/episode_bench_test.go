@@ -697,7 +697,8 @@ func (p *timedProvider) Create(ctx context.Context, spec sandbox.Spec) (sandbox.
 // no entry-point scan (PYTEST_DISABLE_PLUGIN_AUTOLOAD), the same with no
 // bytecode cache (PYTHONPYCACHEPREFIX points nowhere) as the base image
 // was before it had one, the imports of the reference app.py, collection,
-// and the whole run (without the zygote, whose start these are); then the
+// and the whole run (without the zygote, whose start these are), the same
+// with pytest's capture files on tmpfs (run_capture_in_memory); then the
 // evaluation's own test command, its processes' CPU time beside the
 // container's during the exec call (the rest is the shell and the
 // executor). Sessions
@@ -890,6 +891,10 @@ func BenchmarkEvaluate(b *testing.B) {
 			{"app_import", "python3 -c 'import http.server, json, functools'"},
 			{"collect", "python3 -m pytest -p no:cacheprovider --collect-only -q tests/"},
 			{"run", "python3 -m pytest -p no:cacheprovider -q tests/"},
+			// The same with pytest's capture files in memory (tmpfs)
+			// rather than in /tmp on the storage driver: what the guard's
+			// memory files save the evaluation.
+			{"run_capture_in_memory", "TMPDIR=/dev/shm python3 -m pytest -p no:cacheprovider -q tests/"},
 		}
 		lat := make([][]time.Duration, len(probes))
 		cpu := make([][]time.Duration, len(probes))
