@@ -38,8 +38,12 @@ import (
 // marker within shellGrace (it is itself stuck, e.g. in a builtin loop)
 // is killed with its whole group and replaced on the next command. So is a
 // shell that exited (`exit`, `exec`, KillAll). A replaced shell starts
-// afresh in the working directory: its state is gone.
-const shellGrace = 500 * time.Millisecond
+// afresh in the working directory: its state is gone. The grace only
+// delays a shell that is stuck: one that answers ends the wait at once.
+// It was 500 ms, and on a loaded machine (CI, every package's tests at
+// once) a shell that was not stuck sometimes got no CPU that soon, and
+// lost its state (TestPersistentShell failed so in CI).
+const shellGrace = 2 * time.Second
 
 // shellChunk is one read from the shell's stdout (stream 1) or stderr (2).
 type shellChunk struct {
