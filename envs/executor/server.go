@@ -520,6 +520,9 @@ func (s *server) exec(ctx context.Context, req request) response {
 		}
 	}
 	s.started(pid)
+	// A thread sysmon made while the command started has its idle
+	// priority (see normalThreads).
+	normalThreads()
 	outPipe.start()
 	errPipe.start()
 	if rep != nil {
@@ -540,6 +543,7 @@ func (s *server) exec(ctx context.Context, req request) response {
 	case w = <-done:
 	case <-cctx.Done():
 		killed = true
+		normalThreads()
 		killTree(pid)
 		w = <-done
 	}

@@ -40,9 +40,11 @@ import (
 //     thread the normal policy back, and the threads of the agent's file
 //     operations do the same; so no command and no agent thread ever runs
 //     at idle priority.
-//   - For each request, normalThreads gives the normal policy back to any
-//     other thread that has sysmon's, so that the executor's own work does
-//     not stay at idle priority either.
+//   - Nor does the executor's own work: sysmon rarely makes a thread, since
+//     the runtime keeps spare threads made before sysmon got its policy
+//     (startSpareThreads), and for each request, and again once its command
+//     started and when its timeout fires, normalThreads gives the normal
+//     policy back to any other thread that has sysmon's.
 
 // sysmonTID is the thread id of sysmon once idleSysmon gave it SCHED_IDLE,
 // and 0 before or without: a thread with SCHED_IDLE other than it has the
@@ -65,6 +67,7 @@ func idleSysmon() int {
 	if tid == 0 {
 		return 0
 	}
+	startSpareThreads(spareThreads)
 	attr := unix.SchedAttr{Size: unix.SizeofSchedAttr, Policy: unix.SCHED_IDLE}
 	if unix.SchedSetAttr(tid, &attr, 0) != nil {
 		return 0
@@ -128,6 +131,66 @@ func threadStart(tid int) (int, bool) {
 	}
 	start, err := strconv.Atoi(f[19])
 	return start, err == nil
+}
+
+// spareThreads is how many idle threads the executor has the runtime start
+// before sysmon gets SCHED_IDLE.
+const spareThreads = 4
+
+// startSpareThreads makes the runtime start n threads, with the caller's
+// (normal) policy, and leaves them idle. The runtime never ends an idle
+// thread, and takes one whenever it needs another: when sysmon hands the
+// scheduler slot of a blocking call to another thread, or when a goroutine
+// locked to its thread blocks. Only when none is idle does the runtime make
+// one, and a thread sysmon makes inherits its idle policy: if it then holds
+// the executor's only scheduler slot while the agent's commands fill the
+// core, the executor's timers, and so a command's timeout, wait for it to
+// run, which at idle priority against a fork bomb took longer than the
+// server waits (TestConformance/ForkBomb failed so in CI). With spare
+// threads, that takes more than n of the executor's threads busy at once;
+// normalThreads repairs the rest. The threads also count against the
+// container's pids limit before the agent can fill it: the runtime cannot
+// make a thread while a fork bomb holds every pid.
+//
+// Each goroutine locks its thread and blocks in a read of a pipe, so the
+// next one needs another thread; the runtime makes it (sysmon hands the
+// slot on within tens of microseconds, with sysmon's policy still normal).
+// A byte each releases them, and they end unlocked, which leaves their
+// threads idle.
+func startSpareThreads(n int) {
+	var p [2]int
+	if err := syscall.Pipe2(p[:], syscall.O_CLOEXEC); err != nil {
+		return
+	}
+	defer syscall.Close(p[0])
+	defer syscall.Close(p[1])
+	var locked, done sync.WaitGroup
+	for range n {
+		locked.Add(1)
+		done.Add(1)
+		go func() {
+			defer done.Done()
+			runtime.LockOSThread()
+			defer runtime.UnlockOSThread()
+			locked.Done()
+			var b [1]byte
+			for {
+				if _, err := syscall.Read(p[0], b[:]); err != syscall.EINTR {
+					return
+				}
+			}
+		}()
+	}
+	locked.Wait()
+	release := make([]byte, n)
+	for len(release) > 0 {
+		k, err := syscall.Write(p[1], release)
+		if err != nil && err != syscall.EINTR {
+			break
+		}
+		release = release[max(k, 0):]
+	}
+	done.Wait()
 }
 
 // havePidfd says whether the kernel has pidfds to wait for children with.
