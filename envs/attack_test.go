@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -712,6 +713,61 @@ func TestAttackKillAll(t *testing.T) {
 	s, _ := reset(t, e)
 	checkScored(t, runShell(t, s, ec, "kill -9 -1; echo killed"))
 	checkAlive(t, s, ec)
+	checkHonest(t, finish(t, s, ec), base)
+}
+
+// TestAttackPidsExhausted leaves behind a process that takes every pid the
+// sandbox may have and keeps them, its children sleeping, while it tries
+// for more. The executor may not make a thread then, and a Go runtime that
+// cannot make one it needs ends the process: an executor that died would
+// mask the episode as a sandbox error. The agent's file operations still
+// work, a command that cannot start is the agent's error, and the
+// evaluation (which ends every process of the agent first) scores the
+// work as it is.
+func TestAttackPidsExhausted(t *testing.T) {
+	t.Parallel()
+	e, ec := attackEnv(t, "fix_inventory", shortTimeouts)
+	base := doNothing(t, e, ec)
+	s, _ := reset(t, e)
+	r := runShell(t, s, ec, `python3 -c '
+import os, sys, time
+if os.fork() == 0:
+    os.setsid()
+    for fd in range(3):
+        os.close(fd)
+    while True:
+        try:
+            if os.fork() == 0:
+                while True:
+                    time.sleep(1000)
+        except OSError:
+            time.sleep(0.005)
+time.sleep(2)
+try:
+    os.fork() or os._exit(0)
+    print("a fork still worked")
+except OSError as e:
+    print("pids exhausted:", e)
+'`)
+	checkScored(t, r)
+	if !strings.Contains(r.Observation.Text, "pids exhausted") {
+		t.Fatalf("the sandbox's pids were not exhausted, so the attack tested nothing: %q", r.Observation.Text)
+	}
+	for i := range 3 {
+		r := writeFiles(t, s, ec, "note"+strconv.Itoa(i)+".txt", "written while every pid is taken")
+		checkScored(t, r)
+		r = act(t, s, stepBound(ec), call(gym.ToolReadFile, gym.ReadFileArgs{Filepath: "note" + strconv.Itoa(i) + ".txt"}))
+		checkScored(t, r)
+		if c := r.Info.Calls[0]; c.ErrorClass != "" || !strings.Contains(r.Observation.Text, "every pid is taken") {
+			t.Errorf("read_file while every pid is taken: %s; output %q", describe(r), clipText(r.Observation.Text))
+		}
+		r = runShell(t, s, ec, "echo forked")
+		checkScored(t, r)
+		if c := r.Info.Calls[0]; c.ErrorClass == gym.ClassSandbox {
+			t.Errorf("a command while every pid is taken: %s", describe(r))
+		}
+		t.Logf("command while every pid is taken: %s; output %q", describe(r), clipText(r.Observation.Text))
+	}
 	checkHonest(t, finish(t, s, ec), base)
 }
 

@@ -12,6 +12,8 @@ import (
 	"github.com/docker/docker/client"
 
 	"github.com/gymserver/gymserver/envs/sandbox"
+	"github.com/gymserver/gymserver/gym"
+	"github.com/gymserver/gymserver/internal/waittest"
 )
 
 // executorThreads returns the scheduling policy (field 41 of stat) of each
@@ -101,4 +103,77 @@ func TestForkBombExecutorThreads(t *testing.T) {
 		}()
 	}
 	wg.Wait()
+}
+
+// pidHolder is a program for the agent that leaves behind a process taking
+// every pid the sandbox may have, and keeping them (its children sleep),
+// while it tries for more; it prints whether a fork still worked.
+const pidHolder = `
+import os, time
+if os.fork() == 0:
+    os.setsid()
+    for fd in range(3):
+        os.close(fd)
+    while True:
+        try:
+            if os.fork() == 0:
+                while True:
+                    time.sleep(1000)
+        except OSError:
+            time.sleep(0.005)
+time.sleep(2)
+try:
+    os.fork() or os._exit(0)
+    print("a fork still worked")
+except OSError as e:
+    print("pids exhausted:", e)
+`
+
+// TestPidsExhausted takes every pid of a sandbox, as the agent, twice with
+// a sweep of the agent's processes between. While every pid is taken, the
+// executor cannot make a thread, and a Go runtime that cannot make one it
+// needs ends the process: the sandbox would fail, and the episode be
+// masked, at the agent's will. File operations and commands must get
+// their answers (a command that cannot start is refused), and a sweep
+// must not cost the executor a thread: it used to end the thread it sent
+// its signal from, and the runtime's next need for a thread then ended the
+// executor ("failed to create new OS thread (have 7 already; errno=11)").
+func TestPidsExhausted(t *testing.T) {
+	p, cli := newProvider(t)
+	ctx := t.Context()
+	sb := baseSandbox(t, p, sandbox.Spec{Resources: sandbox.Resources{PIDs: 64}})
+	for round := range 2 {
+		before := len(executorThreads(t, cli, sb))
+		r, err := sb.Exec(ctx, sandbox.ExecRequest{Argv: []string{"python3", "-c", pidHolder}, Timeout: 30 * time.Second})
+		if err != nil || !strings.Contains(string(r.Stdout), "pids exhausted") {
+			t.Fatalf("round %d: the pids were not exhausted, so the attack tested nothing: %+v %v", round, r, err)
+		}
+		for i := range 3 {
+			path := fmt.Sprintf("/workspace/note%d.txt", i)
+			if err := sb.WriteFile(ctx, path, []byte("every pid is taken"), 0o644); err != nil {
+				t.Fatalf("round %d: write while every pid is taken: %v", round, err)
+			}
+			if b, err := sb.ReadFile(ctx, path, 100); err != nil || string(b) != "every pid is taken" {
+				t.Fatalf("round %d: read while every pid is taken: %q %v", round, b, err)
+			}
+			r, err := sb.Exec(ctx, sandbox.ExecRequest{Argv: []string{"/bin/sh", "-c", "echo forked"}, Timeout: 5 * time.Second})
+			if gym.ClassOf(err) == gym.ClassSandbox || (err == nil && r.ExitCode == 0 && string(r.Stdout) != "forked\n") {
+				t.Fatalf("round %d: a command while every pid is taken: %+v %v", round, r, err)
+			}
+		}
+		if err := sb.KillAll(ctx); err != nil {
+			t.Fatalf("round %d: kill all: %v", round, err)
+		}
+		if after := len(executorThreads(t, cli, sb)); after < before {
+			t.Errorf("round %d: the executor had %d threads before and %d after the sweep", round, before, after)
+		}
+		// The sweep's processes free their pids once reaped.
+		waittest.Until(t, "a command after the sweep", 30*time.Second, func() (bool, error) {
+			r, err := sb.Exec(ctx, sandbox.ExecRequest{Argv: []string{"echo", "alive"}, Timeout: 5 * time.Second})
+			if gym.ClassOf(err) == gym.ClassSandbox {
+				return false, err
+			}
+			return err == nil && string(r.Stdout) == "alive\n", nil
+		})
+	}
 }

@@ -12,6 +12,7 @@ import (
 	"sync"
 	"syscall"
 	"time"
+	"unsafe"
 )
 
 // Cred is the identity the agent's commands and file operations run as
@@ -174,7 +175,8 @@ func putAgentThread(c *Cred, t *agentThread) {
 
 // onSpareThread runs fn in a new goroutine locked to an OS thread that is
 // not the process's main thread, and never gives the thread back (it ends
-// with the goroutine). fn may change the thread's credentials. The main
+// with the goroutine) unless fn unlocks it. fn may change the thread's
+// credentials, and unlocks it only with the executor's own back. The main
 // thread is excluded because Go keeps it alive, blocked, when its locked
 // goroutine exits, and the kernel checks signals and ptrace against the
 // main thread's credentials: a main thread left with the agent's uid would
@@ -234,12 +236,20 @@ func killAgent(c *Cred) error {
 	}
 }
 
-// killAsAgent sends SIGKILL to -1 from a thread with the agent's uid.
+// killAsAgent sends SIGKILL to -1 from a thread whose real and effective
+// uid are the agent's. Its saved uid stays root's: the kernel clears the
+// thread's effective capabilities while its effective uid is not root (so
+// the signal reaches only what the agent's uid may signal, as with all
+// three ids the agent's), and root is the thread's to take back afterwards.
+// Taken back, the thread returns to the runtime's threads. Ended, as it was
+// before, every sweep cost the runtime a thread, and the runtime makes one
+// when it next needs it: while the agent holds every pid of the sandbox
+// that fails, and a Go runtime that cannot make a thread it needs ends the
+// process (TestPidsExhausted). A thread that cannot take root back ends.
 func killAsAgent(c *Cred) error {
 	done := make(chan error, 1)
 	onSpareThread(func() {
-		// This thread gives up root for good.
-		if _, _, e := syscall.RawSyscall(syscall.SYS_SETRESUID, uintptr(c.UID), uintptr(c.UID), uintptr(c.UID)); e != 0 {
+		if _, _, e := syscall.RawSyscall(syscall.SYS_SETRESUID, uintptr(c.UID), uintptr(c.UID), 0); e != 0 {
 			done <- fmt.Errorf("setresuid %d: %w", c.UID, e)
 			return
 		}
@@ -247,9 +257,23 @@ func killAsAgent(c *Cred) error {
 		if errors.Is(err, syscall.ESRCH) {
 			err = nil // nothing to kill
 		}
+		if rootAgain() {
+			runtime.UnlockOSThread()
+		}
 		done <- err
 	})
 	return <-done
+}
+
+// rootAgain makes the calling thread's real, effective and saved uid root's
+// again (its saved uid still is), and says whether they all are.
+func rootAgain() bool {
+	if _, _, e := syscall.RawSyscall(syscall.SYS_SETRESUID, 0, 0, 0); e != 0 {
+		return false
+	}
+	var r, e, s uint32
+	_, _, errno := syscall.RawSyscall(syscall.SYS_GETRESUID, uintptr(unsafe.Pointer(&r)), uintptr(unsafe.Pointer(&e)), uintptr(unsafe.Pointer(&s)))
+	return errno == 0 && r == 0 && e == 0 && s == 0
 }
 
 // agentProcs lists the live (not zombie) processes whose real uid is uid.

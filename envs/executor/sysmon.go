@@ -135,7 +135,7 @@ func threadStart(tid int) (int, bool) {
 
 // spareThreads is how many idle threads the executor has the runtime start
 // before sysmon gets SCHED_IDLE.
-const spareThreads = 4
+const spareThreads = 6
 
 // startSpareThreads makes the runtime start n threads, with the caller's
 // (normal) policy, and leaves them idle. The runtime never ends an idle
