@@ -1,6 +1,7 @@
 package docker_test
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"strconv"
@@ -65,9 +66,9 @@ func executorThreads(t *testing.T, cli *client.Client, sb sandbox.Sandbox) map[i
 // bombs left such a thread; with them, none of 24.
 func TestForkBombExecutorThreads(t *testing.T) {
 	p, cli := newProvider(t)
-	// Bombs in the background fill the pids limit, and the shell keeps
-	// the core busy without forking (a shell that cannot fork ends).
-	const bomb = "for i in 1 2 3 4; do (b() { b | b & }; b) & done; while :; do :; done"
+	// A bomb in the background fills the pids limit, and the shell keeps
+	// the core busy without forking again (a shell that cannot fork ends).
+	const bomb = "(b() { b | b & }; b) & while :; do :; done"
 	const sandboxes, rounds = 4, 4
 	var wg sync.WaitGroup
 	for range sandboxes {
@@ -76,14 +77,20 @@ func TestForkBombExecutorThreads(t *testing.T) {
 			defer wg.Done()
 			sb := baseSandbox(t, p, sandbox.Spec{Resources: sandbox.Resources{PIDs: 64}})
 			for round := range rounds {
+				// The last round's processes free their pids once reaped.
+				waittest.Until(t, "a command before the bomb", 30*time.Second, func() (bool, error) {
+					r, err := sb.Exec(t.Context(), sandbox.ExecRequest{Argv: []string{"true"}, Timeout: 5 * time.Second})
+					return err == nil && r.ExitCode == 0, nil
+				})
 				t0 := time.Now()
 				r, err := sb.Exec(t.Context(), sandbox.ExecRequest{Argv: []string{"/bin/sh", "-c", bomb}, Timeout: 3 * time.Second})
 				if err != nil {
 					t.Errorf("round %d: fork bomb: %v", round, err)
 					return
 				}
-				// The timeout ends it, long before the server's grace.
-				if d := time.Since(t0); d > 8*time.Second || !r.TimedOut {
+				// The timeout ends it (or the shell's first fork failed),
+				// long before the server's grace.
+				if d := time.Since(t0); d > 8*time.Second || (!r.TimedOut && r.ExitCode == 0) {
 					t.Errorf("round %d: fork bomb ended after %v: %+v", round, d, r)
 				}
 				var idle []int
@@ -176,4 +183,48 @@ func TestPidsExhausted(t *testing.T) {
 			return err == nil && string(r.Stdout) == "alive\n", nil
 		})
 	}
+}
+
+// TestExecutorOutOfPidsIsAgentCrash: with every pid of the sandbox taken
+// by the agent, a burst of the server's own requests at once (more than an
+// episode makes: its tool calls run one after the other) needs more
+// threads than the executor keeps spare, and its runtime, unable to make
+// one, ends the process. The sandbox's failure must then say that the
+// agent brought it down (sandbox.ErrAgentCrash, scored 0, not masked), from
+// the runtime's last words on the executor's stderr.
+func TestExecutorOutOfPidsIsAgentCrash(t *testing.T) {
+	p, _ := newProvider(t)
+	ctx := t.Context()
+	for attempt := range 5 {
+		sb := baseSandbox(t, p, sandbox.Spec{Resources: sandbox.Resources{PIDs: 64}})
+		r, err := sb.Exec(ctx, sandbox.ExecRequest{Argv: []string{"python3", "-c", pidHolder}, Timeout: 30 * time.Second})
+		if err != nil || !strings.Contains(string(r.Stdout), "pids exhausted") {
+			t.Fatalf("the pids were not exhausted: %+v %v", r, err)
+		}
+		var wg sync.WaitGroup
+		errs := make([]error, 60)
+		for i := range errs {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				errs[i] = sb.WriteFile(ctx, fmt.Sprintf("/workspace/n%d", i), make([]byte, 1<<20), 0o644)
+			}()
+		}
+		wg.Wait()
+		failed := 0
+		for _, err := range errs {
+			if err == nil {
+				continue
+			}
+			failed++
+			if !errors.Is(err, sandbox.ErrAgentCrash) || gym.ClassOf(err) != gym.ClassSandbox {
+				t.Errorf("a request to an executor that ran out of pids: %v, want a sandbox error wrapping ErrAgentCrash", err)
+			}
+		}
+		if failed > 0 {
+			t.Logf("attempt %d: %d of %d requests failed, each as the agent's crash", attempt, failed, len(errs))
+			return
+		}
+	}
+	t.Skip("no burst ended the executor in 5 attempts: nothing to classify")
 }

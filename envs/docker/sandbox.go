@@ -499,9 +499,29 @@ func (s *Sandbox) diagnose(err error) error {
 		return err
 	}
 	// What the executor said last, if its stream ended: a refusal to
-	// start (e.g. --no-network finding an interface) says why.
+	// start (e.g. --no-network finding an interface) says why. An
+	// executor that ended closes its socket at once, and the attach
+	// stream with its stderr as the process goes: that is waited for.
+	if s.exec != nil && s.copied != nil {
+		select {
+		case <-s.exec.Done():
+			select {
+			case <-s.copied:
+			case <-time.After(2 * time.Second):
+			}
+		default:
+		}
+	}
 	select {
 	case <-s.copied:
+		if s.stderr.ranOutOfPids() {
+			// The executor's own threads are a handful of the pids
+			// limit: the agent's processes had taken the rest, and the
+			// runtime then ends the process (it keeps spare threads, so
+			// this takes more of its requests at once than an episode
+			// makes).
+			return fmt.Errorf("%w (the executor could not make a thread: the agent's processes held every pid of the sandbox): %w", err, sandbox.ErrAgentCrash)
+		}
 		if last := s.stderr.lastLine(); last != "" {
 			err = fmt.Errorf("%w (its last message: %q)", err, last)
 		}
@@ -821,10 +841,17 @@ type logLines struct {
 	container string
 	buf       []byte
 
-	// mu guards last.
+	// mu guards last and noThread.
 	mu   sync.Mutex
 	last string
+	// noThread says the executor's Go runtime could not make a thread for
+	// want of a pid (EAGAIN): it then ends the process.
+	noThread bool
 }
+
+// noThreadLine starts the line the Go runtime writes when it cannot make a
+// thread, before it ends the process.
+const noThreadLine = "runtime: failed to create new OS thread"
 
 func (l *logLines) Write(p []byte) (int, error) {
 	l.buf = append(l.buf, p...)
@@ -837,10 +864,24 @@ func (l *logLines) Write(p []byte) (int, error) {
 		l.log.Warn("executor: "+line, "container", l.container)
 		l.mu.Lock()
 		l.last = line
+		if strings.HasPrefix(line, noThreadLine) && strings.Contains(line, "errno=11)") {
+			l.noThread = true
+		}
 		l.mu.Unlock()
 		l.buf = l.buf[i+1:]
 	}
 	return len(p), nil
+}
+
+// ranOutOfPids says whether the executor's runtime reported that it could
+// not make a thread for want of a pid.
+func (l *logLines) ranOutOfPids() bool {
+	if l == nil {
+		return false
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.noThread
 }
 
 // lastLine returns the last whole line written, or "".
