@@ -237,26 +237,36 @@ func killAgent(c *Cred) error {
 }
 
 // killAsAgent sends SIGKILL to -1 from a thread whose real and effective
-// uid are the agent's. Its saved uid stays root's: the kernel clears the
-// thread's effective capabilities while its effective uid is not root (so
-// the signal reaches only what the agent's uid may signal, as with all
-// three ids the agent's), and root is the thread's to take back afterwards.
-// Taken back, the thread returns to the runtime's threads. Ended, as it was
-// before, every sweep cost the runtime a thread, and the runtime makes one
-// when it next needs it: while the agent holds every pid of the sandbox
-// that fails, and a Go runtime that cannot make a thread it needs ends the
-// process (TestPidsExhausted). A thread that cannot take root back ends.
+// uid are the agent's (asAgentUID): the signal reaches only what the
+// agent's uid may signal.
 func killAsAgent(c *Cred) error {
+	return asAgentUID(c, func() error {
+		err := syscall.Kill(-1, syscall.SIGKILL)
+		if errors.Is(err, syscall.ESRCH) {
+			err = nil // nothing to kill
+		}
+		return err
+	})
+}
+
+// asAgentUID runs fn on a spare thread whose real and effective uid are
+// c's, for what the kernel checks against those (signals, System V IPC
+// objects). The thread's saved uid stays root's: while its effective uid
+// is not root the kernel clears its effective capabilities, so fn has the
+// agent's rights and no more, and afterwards the thread takes root back
+// and returns to the runtime's threads. Ended instead, as it was before,
+// each call cost the runtime a thread, made again at its next need: while
+// the agent holds every pid of the sandbox that fails, and a Go runtime
+// that cannot make a thread it needs ends the process (TestPidsExhausted).
+// A thread that cannot take root back ends.
+func asAgentUID(c *Cred, fn func() error) error {
 	done := make(chan error, 1)
 	onSpareThread(func() {
 		if _, _, e := syscall.RawSyscall(syscall.SYS_SETRESUID, uintptr(c.UID), uintptr(c.UID), 0); e != 0 {
 			done <- fmt.Errorf("setresuid %d: %w", c.UID, e)
 			return
 		}
-		err := syscall.Kill(-1, syscall.SIGKILL)
-		if errors.Is(err, syscall.ESRCH) {
-			err = nil // nothing to kill
-		}
+		err := fn()
 		if rootAgain() {
 			runtime.UnlockOSThread()
 		}

@@ -3,6 +3,7 @@ package executor
 import (
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -105,5 +106,68 @@ func TestAgentThreadsReused(t *testing.T) {
 			t.Fatalf("%d of the %d threads still alive after 5 s, want %d", alive, n, maxIdleAgentThreads)
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// threadStatus returns the Uid and CapEff lines' values of thread tid of
+// this process, or ok false when the thread is gone.
+func threadStatus(tid int) (uid, capEff string, ok bool) {
+	b, err := os.ReadFile("/proc/self/task/" + strconv.Itoa(tid) + "/status")
+	if err != nil {
+		return "", "", false
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		k, v, _ := strings.Cut(line, ":")
+		switch k {
+		case "Uid":
+			uid = strings.Join(strings.Fields(v), " ")
+		case "CapEff":
+			capEff = strings.TrimSpace(v)
+		}
+	}
+	return uid, capEff, true
+}
+
+// TestAsAgentUID checks the thread asAgentUID runs fn on: while fn runs,
+// its real and effective uid are the agent's, its saved uid root's, and it
+// has no effective capability (so what it signals or removes is what the
+// agent could); afterwards it is root again, with its capabilities, and
+// still alive (back among the runtime's threads, not ended), and no thread
+// of the process is left with another real, effective or saved uid.
+func TestAsAgentUID(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root, as the executor in a sandbox has")
+	}
+	c := &Cred{UID: 65534, GID: 65534}
+	var tid int
+	var during, capsDuring string
+	err := asAgentUID(c, func() error {
+		tid = syscall.Gettid()
+		during, capsDuring, _ = threadStatus(tid)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if during != "65534 65534 0 65534" || capsDuring != "0000000000000000" {
+		t.Errorf("while fn ran: Uid %q CapEff %q, want real, effective and fs uid 65534, saved 0, no capability", during, capsDuring)
+	}
+	uid, caps, alive := threadStatus(tid)
+	if !alive {
+		t.Fatalf("thread %d ended: it should be back among the runtime's threads", tid)
+	}
+	if uid != "0 0 0 0" || caps == "0000000000000000" {
+		t.Errorf("thread %d afterwards: Uid %q CapEff %q, want root's with its capabilities", tid, uid, caps)
+	}
+	ents, err := os.ReadDir("/proc/self/task")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range ents {
+		id, _ := strconv.Atoi(e.Name())
+		// Idle agent threads of other tests keep their fs uid (the last).
+		if u, _, ok := threadStatus(id); ok && !strings.HasPrefix(u, "0 0 0 ") {
+			t.Errorf("thread %d has Uid %q, want real, effective and saved uid root's", id, u)
+		}
 	}
 }

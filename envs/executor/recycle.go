@@ -361,13 +361,8 @@ func clearSysVIPC(a *Cred) error {
 	if err != nil || len(ids) == 0 {
 		return err
 	}
-	done := make(chan error, 1)
-	onSpareThread(func() {
-		// This thread gives up root for good.
-		if _, _, e := syscall.RawSyscall(syscall.SYS_SETRESUID, uintptr(a.UID), uintptr(a.UID), uintptr(a.UID)); e != 0 {
-			done <- fmt.Errorf("setresuid %d: %w", a.UID, e)
-			return
-		}
+	// The creator of every object an episode can make is the agent.
+	err = asAgentUID(a, func() error {
 		for k, list := range ids {
 			for _, id := range list {
 				// semctl takes a semaphore number before the command.
@@ -378,9 +373,9 @@ func clearSysVIPC(a *Cred) error {
 				}
 			}
 		}
-		done <- nil
+		return nil
 	})
-	if err := <-done; err != nil {
+	if err != nil {
 		return fmt.Errorf("recycle: %w", err)
 	}
 	left, err := sysvIDs()
