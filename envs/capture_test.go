@@ -12,14 +12,15 @@ import (
 // TestCaptureInMemoryFiles runs hidden tests that look at where pytest
 // captures their output, with the verifier zygote and without: file
 // descriptors 1 and 2 of a test are anonymous memory files (the guard's
-// stand-in for the temporary files in /tmp), and what a failing test
+// stand-in for the temporary files in /tmp) that the code under test
+// cannot seal against pytest's writes, and what a failing test
 // printed, through Python, a child process and the descriptor itself,
 // still reaches the command's output; a passing test's output reaches it
 // too (-rA), and the verdicts are the same both ways.
 func TestCaptureInMemoryFiles(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	src := `import os, subprocess, sys
+	src := `import fcntl, os, subprocess, sys
 
 def _target(fd):
     return os.readlink("/proc/self/fd/%d" % fd)
@@ -28,6 +29,14 @@ def test_memory_capture():
     print("passing-output")
     for fd in (1, 2):
         assert _target(fd).startswith("/memfd:pytest-capture"), _target(fd)
+        # Code under test may not seal them: pytest writes and truncates
+        # them after the test.
+        try:
+            fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_WRITE | fcntl.F_SEAL_SHRINK)
+        except PermissionError:
+            pass
+        else:
+            raise AssertionError("sealed capture file %d" % fd)
 
 def test_output_reaches_report():
     print("from-" + "print")
