@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -80,8 +81,9 @@ func (c *Cred) sysCred() *syscall.Credential {
 // belong to the agent, and fn can open only what the agent could. The
 // kernel drops the file-system capabilities of a thread whose fsuid is not
 // 0, so fn has no more file access than the agent. Credentials are per
-// thread in Linux; the thread is never given back to the Go scheduler (see
-// agentThread), so no other goroutine runs with them.
+// thread in Linux; the thread is given back to the Go scheduler only with
+// the executor's identity restored (see agentThread), so no other goroutine
+// runs with them.
 func asAgent(c *Cred, fn func() error) error {
 	if c == nil {
 		return fn()
@@ -99,7 +101,8 @@ func asAgent(c *Cred, fn func() error) error {
 
 // agentThread is a goroutine locked to a spare OS thread (onSpareThread)
 // whose file-system identity is an agent's; it runs the functions sent on
-// work, one after the other, and ends with its thread when work is closed.
+// work, one after the other, and when work is closed ends, its thread back
+// with the executor's identity (or, if that fails, ending too).
 // Only the file-system ids change: the thread's real, effective and saved
 // uid stay the executor's, so the agent can neither signal nor trace it.
 // Idle ones are kept (agentThreads), so that a file operation as the agent
@@ -110,8 +113,8 @@ type agentThread struct {
 }
 
 // maxIdleAgentThreads is how many idle threads wait per identity; one
-// given back beyond them ends. Operations at once beyond it start threads
-// of their own.
+// given back beyond them returns to the runtime's threads. Operations at
+// once beyond it take threads of their own.
 const maxIdleAgentThreads = 2
 
 // agentThreads holds the idle agent threads by identity.
@@ -134,6 +137,11 @@ func takeAgentThread(c *Cred) (*agentThread, error) {
 	t := &agentThread{work: make(chan func())}
 	ready := make(chan error, 1)
 	onSpareThread(func() {
+		groups, err := threadGroups()
+		if err != nil {
+			ready <- err
+			return
+		}
 		if _, _, e := syscall.RawSyscall(syscall.SYS_SETGROUPS, 0, 0, 0); e != 0 {
 			ready <- fmt.Errorf("setgroups: %w", e)
 			return
@@ -150,6 +158,12 @@ func takeAgentThread(c *Cred) (*agentThread, error) {
 		for fn := range t.work {
 			fn()
 		}
+		// More threads wait than are kept: this one takes the executor's
+		// identity back and returns to the runtime's threads (see
+		// asAgentUID for why it should not end), or ends if it cannot.
+		if executorIdentity(groups) {
+			runtime.UnlockOSThread()
+		}
 	})
 	if err := <-ready; err != nil {
 		return nil, err
@@ -157,8 +171,45 @@ func takeAgentThread(c *Cred) (*agentThread, error) {
 	return t, nil
 }
 
-// putAgentThread gives t back to the idle threads of c's identity, or ends
-// it when enough wait already.
+// threadGroups returns the calling thread's supplementary groups.
+func threadGroups() ([]uint32, error) {
+	n, _, e := syscall.RawSyscall(syscall.SYS_GETGROUPS, 0, 0, 0)
+	if e != 0 {
+		return nil, fmt.Errorf("getgroups: %w", e)
+	}
+	groups := make([]uint32, n)
+	if n == 0 {
+		return groups, nil
+	}
+	m, _, e := syscall.RawSyscall(syscall.SYS_GETGROUPS, n, uintptr(unsafe.Pointer(&groups[0])), 0)
+	if e != 0 || m != n {
+		return nil, fmt.Errorf("getgroups: %d of %d groups: %v", m, n, e)
+	}
+	return groups, nil
+}
+
+// executorIdentity gives the calling agent thread the executor's file-system
+// uid and gid (root's) and its supplementary groups back, and says whether
+// they all read back so.
+func executorIdentity(groups []uint32) bool {
+	syscall.RawSyscall(syscall.SYS_SETFSUID, 0, 0, 0)
+	syscall.RawSyscall(syscall.SYS_SETFSGID, 0, 0, 0)
+	var p uintptr
+	if len(groups) > 0 {
+		p = uintptr(unsafe.Pointer(&groups[0]))
+	}
+	if _, _, e := syscall.RawSyscall(syscall.SYS_SETGROUPS, uintptr(len(groups)), p, 0); e != 0 {
+		return false
+	}
+	// setfsuid and setfsgid report the previous value: -1 only reads.
+	uid, _, _ := syscall.RawSyscall(syscall.SYS_SETFSUID, ^uintptr(0), 0, 0)
+	gid, _, _ := syscall.RawSyscall(syscall.SYS_SETFSGID, ^uintptr(0), 0, 0)
+	now, err := threadGroups()
+	return uid == 0 && gid == 0 && err == nil && slices.Equal(now, groups)
+}
+
+// putAgentThread gives t back to the idle threads of c's identity, or,
+// when enough wait already, to the runtime's threads.
 func putAgentThread(c *Cred, t *agentThread) {
 	key := [2]int{c.UID, c.GID}
 	agentThreads.mu.Lock()

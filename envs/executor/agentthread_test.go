@@ -1,6 +1,7 @@
 package executor
 
 import (
+	"fmt"
 	"os"
 	"strconv"
 	"strings"
@@ -26,7 +27,8 @@ func whoAmI() agentIDs {
 // threads with the agent's file-system identity and no other, that one
 // after the other they run on the same thread (no thread is started and
 // ended per operation), that operations at once each get a thread of
-// their own, and that threads beyond maxIdleAgentThreads end.
+// their own, and that threads beyond maxIdleAgentThreads return to the
+// runtime's threads with the executor's identity back.
 func TestAgentThreadsReused(t *testing.T) {
 	if os.Getuid() != 0 {
 		t.Skip("needs root to take another file-system identity")
@@ -90,22 +92,68 @@ func TestAgentThreadsReused(t *testing.T) {
 	if idle != maxIdleAgentThreads {
 		t.Errorf("%d idle threads kept, want %d", idle, maxIdleAgentThreads)
 	}
-	// The others end: of the four threads, only the idle ones stay.
+	// The others return to the runtime's threads, with the executor's
+	// identity: every one of the four stays alive, and soon only the idle
+	// ones keep the agent's.
 	deadline := time.Now().Add(5 * time.Second)
 	for {
-		alive := 0
+		agentFS, problems := 0, []string{}
 		for tid := range distinct {
-			if _, err := os.Stat("/proc/self/task/" + strconv.Itoa(tid)); err == nil {
-				alive++
+			uid, _, ok := threadStatus(tid)
+			f := strings.Fields(uid)
+			switch {
+			case !ok:
+				problems = append(problems, fmt.Sprintf("thread %d ended: it should be back among the runtime's threads", tid))
+			case len(f) != 4 || f[0] != "0" || f[1] != "0" || f[2] != "0":
+				problems = append(problems, fmt.Sprintf("thread %d: Uid %q, want real, effective and saved uid root's", tid, uid))
+			case f[3] == "1000":
+				agentFS++
+			case f[3] != "0":
+				problems = append(problems, fmt.Sprintf("thread %d: fs uid %s, want 1000 (idle) or 0 (returned)", tid, f[3]))
 			}
 		}
-		if alive == maxIdleAgentThreads {
+		if len(problems) > 0 {
+			t.Fatal(strings.Join(problems, "; "))
+		}
+		if agentFS == maxIdleAgentThreads {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("%d of the %d threads still alive after 5 s, want %d", alive, n, maxIdleAgentThreads)
+			t.Fatalf("after 5 s %d of the %d threads keep the agent's fs uid, want %d (the idle ones)", agentFS, n, maxIdleAgentThreads)
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+	// A returned thread has root's groups back: fs gid 0 and the groups
+	// of a thread that never took the agent's identity.
+	want, err := threadGroups()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for tid := range distinct {
+		b, err := os.ReadFile("/proc/self/task/" + strconv.Itoa(tid) + "/status")
+		if err != nil {
+			continue
+		}
+		var gid, groups string
+		for _, line := range strings.Split(string(b), "\n") {
+			k, v, _ := strings.Cut(line, ":")
+			switch k {
+			case "Gid":
+				gid = strings.Join(strings.Fields(v), " ")
+			case "Groups":
+				groups = strings.Join(strings.Fields(v), " ")
+			}
+		}
+		if strings.HasSuffix(gid, " 1001") {
+			continue // idle, as the agent
+		}
+		var wantGroups []string
+		for _, g := range want {
+			wantGroups = append(wantGroups, strconv.Itoa(int(g)))
+		}
+		if gid != "0 0 0 0" || groups != strings.Join(wantGroups, " ") {
+			t.Errorf("returned thread %d: Gid %q Groups %q, want 0 0 0 0 and %q", tid, gid, groups, strings.Join(wantGroups, " "))
+		}
 	}
 }
 
