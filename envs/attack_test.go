@@ -12,6 +12,7 @@ import (
 
 	"github.com/gymserver/gymserver/envs"
 	"github.com/gymserver/gymserver/envs/config"
+	"github.com/gymserver/gymserver/envs/sandbox/sandboxtest"
 	"github.com/gymserver/gymserver/gym"
 )
 
@@ -729,26 +730,7 @@ func TestAttackPidsExhausted(t *testing.T) {
 	e, ec := attackEnv(t, "fix_inventory", shortTimeouts)
 	base := doNothing(t, e, ec)
 	s, _ := reset(t, e)
-	r := runShell(t, s, ec, `python3 -c '
-import os, sys, time
-if os.fork() == 0:
-    os.setsid()
-    for fd in range(3):
-        os.close(fd)
-    while True:
-        try:
-            if os.fork() == 0:
-                while True:
-                    time.sleep(1000)
-        except OSError:
-            time.sleep(0.005)
-time.sleep(2)
-try:
-    os.fork() or os._exit(0)
-    print("a fork still worked")
-except OSError as e:
-    print("pids exhausted:", e)
-'`)
+	r := runShell(t, s, ec, "python3 -c '"+sandboxtest.PidHolder+"'")
 	checkScored(t, r)
 	if !strings.Contains(r.Observation.Text, "pids exhausted") {
 		t.Fatalf("the sandbox's pids were not exhausted, so the attack tested nothing: %q", r.Observation.Text)

@@ -13,6 +13,7 @@ import (
 	"github.com/docker/docker/client"
 
 	"github.com/gymserver/gymserver/envs/sandbox"
+	"github.com/gymserver/gymserver/envs/sandbox/sandboxtest"
 	"github.com/gymserver/gymserver/gym"
 	"github.com/gymserver/gymserver/internal/waittest"
 )
@@ -112,30 +113,6 @@ func TestForkBombExecutorThreads(t *testing.T) {
 	wg.Wait()
 }
 
-// pidHolder is a program for the agent that leaves behind a process taking
-// every pid the sandbox may have, and keeping them (its children sleep),
-// while it tries for more; it prints whether a fork still worked.
-const pidHolder = `
-import os, time
-if os.fork() == 0:
-    os.setsid()
-    for fd in range(3):
-        os.close(fd)
-    while True:
-        try:
-            if os.fork() == 0:
-                while True:
-                    time.sleep(1000)
-        except OSError:
-            time.sleep(0.005)
-time.sleep(2)
-try:
-    os.fork() or os._exit(0)
-    print("a fork still worked")
-except OSError as e:
-    print("pids exhausted:", e)
-`
-
 // TestPidsExhausted takes every pid of a sandbox, as the agent, twice with
 // a sweep of the agent's processes between. While every pid is taken, the
 // executor cannot make a thread, and a Go runtime that cannot make one it
@@ -151,7 +128,7 @@ func TestPidsExhausted(t *testing.T) {
 	sb := baseSandbox(t, p, sandbox.Spec{Resources: sandbox.Resources{PIDs: 64}})
 	for round := range 2 {
 		before := len(executorThreads(t, cli, sb))
-		r, err := sb.Exec(ctx, sandbox.ExecRequest{Argv: []string{"python3", "-c", pidHolder}, Timeout: 30 * time.Second})
+		r, err := sb.Exec(ctx, sandbox.ExecRequest{Argv: []string{"python3", "-c", sandboxtest.PidHolder}, Timeout: 30 * time.Second})
 		if err != nil || !strings.Contains(string(r.Stdout), "pids exhausted") {
 			t.Fatalf("round %d: the pids were not exhausted, so the attack tested nothing: %+v %v", round, r, err)
 		}
@@ -197,7 +174,7 @@ func TestExecutorOutOfPidsIsAgentCrash(t *testing.T) {
 	ctx := t.Context()
 	for attempt := range 5 {
 		sb := baseSandbox(t, p, sandbox.Spec{Resources: sandbox.Resources{PIDs: 64}})
-		r, err := sb.Exec(ctx, sandbox.ExecRequest{Argv: []string{"python3", "-c", pidHolder}, Timeout: 30 * time.Second})
+		r, err := sb.Exec(ctx, sandbox.ExecRequest{Argv: []string{"python3", "-c", sandboxtest.PidHolder}, Timeout: 30 * time.Second})
 		if err != nil || !strings.Contains(string(r.Stdout), "pids exhausted") {
 			t.Fatalf("the pids were not exhausted: %+v %v", r, err)
 		}

@@ -99,7 +99,8 @@ func TestAgentThreadsReused(t *testing.T) {
 	for {
 		agentFS, problems := 0, []string{}
 		for tid := range distinct {
-			uid, _, ok := threadStatus(tid)
+			st, ok := threadStatus(tid)
+			uid := st["Uid"]
 			f := strings.Fields(uid)
 			switch {
 			case !ok:
@@ -130,20 +131,11 @@ func TestAgentThreadsReused(t *testing.T) {
 		t.Fatal(err)
 	}
 	for tid := range distinct {
-		b, err := os.ReadFile("/proc/self/task/" + strconv.Itoa(tid) + "/status")
-		if err != nil {
+		st, ok := threadStatus(tid)
+		if !ok {
 			continue
 		}
-		var gid, groups string
-		for _, line := range strings.Split(string(b), "\n") {
-			k, v, _ := strings.Cut(line, ":")
-			switch k {
-			case "Gid":
-				gid = strings.Join(strings.Fields(v), " ")
-			case "Groups":
-				groups = strings.Join(strings.Fields(v), " ")
-			}
-		}
+		gid, groups := st["Gid"], st["Groups"]
 		if strings.HasSuffix(gid, " 1001") {
 			continue // idle, as the agent
 		}
@@ -157,23 +149,20 @@ func TestAgentThreadsReused(t *testing.T) {
 	}
 }
 
-// threadStatus returns the Uid and CapEff lines' values of thread tid of
-// this process, or ok false when the thread is gone.
-func threadStatus(tid int) (uid, capEff string, ok bool) {
+// threadStatus returns the fields of thread tid's status file (values with
+// their whitespace runs made single spaces), or ok false when the thread is
+// gone.
+func threadStatus(tid int) (fields map[string]string, ok bool) {
 	b, err := os.ReadFile("/proc/self/task/" + strconv.Itoa(tid) + "/status")
 	if err != nil {
-		return "", "", false
+		return nil, false
 	}
+	fields = map[string]string{}
 	for _, line := range strings.Split(string(b), "\n") {
 		k, v, _ := strings.Cut(line, ":")
-		switch k {
-		case "Uid":
-			uid = strings.Join(strings.Fields(v), " ")
-		case "CapEff":
-			capEff = strings.TrimSpace(v)
-		}
+		fields[k] = strings.Join(strings.Fields(v), " ")
 	}
-	return uid, capEff, true
+	return fields, true
 }
 
 // TestAsAgentUID checks the thread asAgentUID runs fn on: while fn runs,
@@ -191,7 +180,8 @@ func TestAsAgentUID(t *testing.T) {
 	var during, capsDuring string
 	err := asAgentUID(c, func() error {
 		tid = syscall.Gettid()
-		during, capsDuring, _ = threadStatus(tid)
+		st, _ := threadStatus(tid)
+		during, capsDuring = st["Uid"], st["CapEff"]
 		return nil
 	})
 	if err != nil {
@@ -200,7 +190,8 @@ func TestAsAgentUID(t *testing.T) {
 	if during != "65534 65534 0 65534" || capsDuring != "0000000000000000" {
 		t.Errorf("while fn ran: Uid %q CapEff %q, want real, effective and fs uid 65534, saved 0, no capability", during, capsDuring)
 	}
-	uid, caps, alive := threadStatus(tid)
+	st, alive := threadStatus(tid)
+	uid, caps := st["Uid"], st["CapEff"]
 	if !alive {
 		t.Fatalf("thread %d ended: it should be back among the runtime's threads", tid)
 	}
@@ -214,8 +205,8 @@ func TestAsAgentUID(t *testing.T) {
 	for _, e := range ents {
 		id, _ := strconv.Atoi(e.Name())
 		// Idle agent threads of other tests keep their fs uid (the last).
-		if u, _, ok := threadStatus(id); ok && !strings.HasPrefix(u, "0 0 0 ") {
-			t.Errorf("thread %d has Uid %q, want real, effective and saved uid root's", id, u)
+		if st, ok := threadStatus(id); ok && !strings.HasPrefix(st["Uid"], "0 0 0 ") {
+			t.Errorf("thread %d has Uid %q, want real, effective and saved uid root's", id, st["Uid"])
 		}
 	}
 }
