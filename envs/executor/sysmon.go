@@ -155,15 +155,14 @@ const spareThreads = 6
 // Each goroutine locks its thread and blocks in a read of a pipe, so the
 // next one needs another thread; the runtime makes it (sysmon hands the
 // slot on within tens of microseconds, with sysmon's policy still normal).
-// A byte each releases them, and they end unlocked, which leaves their
-// threads idle.
+// Closing the pipe's other end releases them all, and they end unlocked,
+// which leaves their threads idle.
 func startSpareThreads(n int) {
 	var p [2]int
 	if err := syscall.Pipe2(p[:], syscall.O_CLOEXEC); err != nil {
 		return
 	}
 	defer syscall.Close(p[0])
-	defer syscall.Close(p[1])
 	var locked, done sync.WaitGroup
 	for range n {
 		locked.Add(1)
@@ -182,14 +181,7 @@ func startSpareThreads(n int) {
 		}()
 	}
 	locked.Wait()
-	release := make([]byte, n)
-	for len(release) > 0 {
-		k, err := syscall.Write(p[1], release)
-		if err != nil && err != syscall.EINTR {
-			break
-		}
-		release = release[max(k, 0):]
-	}
+	syscall.Close(p[1]) // every read returns: end of file
 	done.Wait()
 }
 
