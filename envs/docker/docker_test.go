@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -101,6 +102,17 @@ func TestContainerHardening(t *testing.T) {
 	}
 	if len(hc.CapDrop) != 1 || hc.CapDrop[0] != "ALL" {
 		t.Errorf("cap drop %v", hc.CapDrop)
+	}
+	// The machinery's capabilities, and no other (SYS_NICE: the executor
+	// gives its threads the normal policy back; see
+	// TestCommandPolicyFromIdleThreads).
+	var added []string
+	for _, c := range hc.CapAdd {
+		added = append(added, strings.TrimPrefix(c, "CAP_")) // as the engine spells them
+	}
+	sort.Strings(added)
+	if want := []string{"CHOWN", "DAC_OVERRIDE", "FOWNER", "KILL", "SETGID", "SETUID", "SYS_NICE"}; !slices.Equal(added, want) {
+		t.Errorf("cap add %v, want %v", added, want)
 	}
 	// The only binds are the shared executor's volume, read-only, and
 	// the directory of the executor's socket, gone from the host once the

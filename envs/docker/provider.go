@@ -37,11 +37,14 @@ const sandboxUser = "1000:1000"
 const machineUser = "0:0"
 
 // machineCaps are the only capabilities of the container's machinery: act
-// as the agent (SETUID, SETGID), stop it (KILL), and manage its files and
-// the hidden tests whatever their owner (CHOWN, DAC_OVERRIDE, FOWNER). The
-// agent's processes have none (a non-root uid after exec, with
-// no-new-privileges).
-var machineCaps = []string{"CHOWN", "DAC_OVERRIDE", "FOWNER", "KILL", "SETGID", "SETUID"}
+// as the agent (SETUID, SETGID), stop it (KILL), manage its files and the
+// hidden tests whatever their owner (CHOWN, DAC_OVERRIDE, FOWNER), and give
+// the executor's own threads the normal scheduling policy back after
+// SCHED_IDLE (SYS_NICE; the kernel allows that move without it only to a
+// process whose RLIMIT_NICE is 20, and the engine's is 0: see the
+// executor's sysmon.go). The agent's processes have none (a non-root uid
+// after exec, with no-new-privileges).
+var machineCaps = []string{"CHOWN", "DAC_OVERRIDE", "FOWNER", "KILL", "SETGID", "SETUID", "SYS_NICE"}
 
 // Defaults for Options and sandbox.Resources.
 const (

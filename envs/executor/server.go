@@ -132,7 +132,9 @@ func Main(args []string) int {
 				go serveSocket(ctx, l, socketToken, opts, logger)
 			}
 		}
-		if err := Serve(ctx, pollableStdin(), os.Stdout, opts); err != nil {
+		err := Serve(ctx, pollableStdin(), os.Stdout, opts)
+		normalSysmon()
+		if err != nil {
 			logger.Error("executor stopped", "err", err)
 			return 1
 		}

@@ -28,7 +28,7 @@ import (
 // only when nothing else on the core wants to, and its wake-ups no longer
 // preempt the command or the executor.
 //
-// Three things make this safe:
+// Four things make this safe:
 //   - No goroutine of the executor waits in a blocking system call for
 //     long: a goroutine blocked in one keeps the one scheduler slot
 //     (GOMAXPROCS=1) until sysmon takes it back, and an idle sysmon on a
@@ -40,6 +40,10 @@ import (
 //     thread the normal policy back, and the threads of the agent's file
 //     operations do the same; so no command and no agent thread ever runs
 //     at idle priority.
+//   - Changing a thread's policy from SCHED_IDLE back to the normal one
+//     needs CAP_SYS_NICE (or an RLIMIT_NICE of 20, which no container has
+//     by default), which the sandbox gives the machinery for this alone
+//     (docker.machineCaps); the agent's processes have no capability.
 //   - Nor does the executor's own work: sysmon rarely makes a thread, since
 //     the runtime keeps spare threads made before sysmon got its policy
 //     (startSpareThreads), and for each request, and again once its command
@@ -53,11 +57,12 @@ var sysmonTID atomic.Int64
 
 // idleSysmon gives the runtime's monitor thread the SCHED_IDLE policy. It
 // does nothing where the kernel has no pidfds (children would then be
-// waited for in blocking calls), where the process already runs at idle
-// priority, or where the kernel refuses the policy. It returns the thread's
-// id, or 0 when it changed nothing.
+// waited for in blocking calls), where no thread could leave SCHED_IDLE
+// again (canLeaveIdle), where the process already runs at idle priority, or
+// where the kernel refuses the policy. It returns the thread's id, or 0
+// when it changed nothing.
 func idleSysmon() int {
-	if !havePidfd() {
+	if !havePidfd() || !canLeaveIdle() {
 		return 0
 	}
 	if attr, err := unix.SchedGetAttr(0, 0); err != nil || attr.Policy == unix.SCHED_IDLE {
@@ -185,6 +190,22 @@ func startSpareThreads(n int) {
 	done.Wait()
 }
 
+// canLeaveIdle says whether the kernel lets this process move a thread from
+// SCHED_IDLE back to the normal policy: with CAP_SYS_NICE in effect, or an
+// RLIMIT_NICE of 20 (nice 0 allowed).
+func canLeaveIdle() bool {
+	var rl unix.Rlimit
+	if unix.Getrlimit(unix.RLIMIT_NICE, &rl) == nil && rl.Cur >= 20 {
+		return true
+	}
+	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	var data [2]unix.CapUserData
+	if unix.Capget(&hdr, &data[0]) != nil {
+		return false
+	}
+	return data[0].Effective&(1<<unix.CAP_SYS_NICE) != 0
+}
+
 // havePidfd says whether the kernel has pidfds to wait for children with.
 func havePidfd() bool {
 	fd, _, e := syscall.Syscall(unix.SYS_PIDFD_OPEN, uintptr(os.Getpid()), 0, 0)
@@ -211,6 +232,22 @@ func normalThread() {
 func setNormal(tid int) {
 	attr := unix.SchedAttr{Size: unix.SizeofSchedAttr, Policy: unix.SCHED_NORMAL}
 	_ = unix.SchedSetAttr(tid, &attr, 0)
+}
+
+// normalSysmon gives sysmon the normal policy back; the executor calls it
+// before it ends. Every thread of an ending process runs its own exit, and
+// the container's init, which reaps the executor, waits in the kernel for
+// the last of them (it walks the executor's /proc entries, and busy-waits
+// on those another thread's exit is releasing). The init runs on the
+// sandbox's one core; when sysmon was that last thread and still idle, the
+// init took the core from it at once and spun until sysmon got a turn:
+// on a busy host that was up to hundreds of milliseconds of CPU per
+// sandbox (perf: release_task, d_invalidate, d_walk in docker-init; 6 to
+// 8 % of the host's CPU with 4 episodes at a time).
+func normalSysmon() {
+	if tid := int(sysmonTID.Load()); tid != 0 {
+		setNormal(tid)
+	}
 }
 
 // threadsSeen is how many threads the runtime had when normalThreads last
