@@ -114,6 +114,9 @@ type task struct {
 	// before the hidden files are copied in so nothing the agent left
 	// there counts.
 	hiddenRoots []string
+	// preload are the modules the hidden tests import, for the verifier
+	// zygote to import ahead of them (see testImports).
+	preload []string
 }
 
 // New returns the TaskEnv for ec, one environment of cfg. It reads the
@@ -250,6 +253,7 @@ func (t *task) read() error {
 		t.hidden = append(t.hidden, sandbox.File{Path: f.Path, Data: []byte(f.Content), Mode: 0o644})
 	}
 	t.hiddenRoots = t.src.HiddenRoots()
+	t.preload = testImports(t.hidden)
 	for _, f := range append(append([]sandbox.File(nil), t.env.baked...), t.starter...) {
 		if hiddenPaths[f.Path] || underAny(f.Path, t.hiddenRoots) {
 			return fmt.Errorf("task %s: a starter file would be placed at %s, where hidden tests go; the agent would see them: %w",
@@ -541,7 +545,7 @@ func (t *task) startZygote(ctx context.Context, sb sandbox.Sandbox) {
 	if !ok || !t.useZygote() {
 		return
 	}
-	st, err := zs.StartZygote(ctx, false)
+	st, err := zs.StartZygote(ctx, sandbox.ZygoteOptions{Preload: t.preload})
 	switch {
 	case err != nil:
 		t.log.Warn("verifier zygote did not start", "sandbox", shortID(sb.ID()), "err", err)

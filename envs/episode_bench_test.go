@@ -568,8 +568,8 @@ func (s *timedSandbox) Exec(ctx context.Context, req sandbox.ExecRequest) (sandb
 	return r, err
 }
 
-func (s *timedSandbox) StartZygote(ctx context.Context, wait bool) (sandbox.ZygoteStatus, error) {
-	return s.Sandbox.(sandbox.ZygoteStarter).StartZygote(ctx, wait)
+func (s *timedSandbox) StartZygote(ctx context.Context, opts sandbox.ZygoteOptions) (sandbox.ZygoteStatus, error) {
+	return s.Sandbox.(sandbox.ZygoteStarter).StartZygote(ctx, opts)
 }
 
 // cpuNS is the CPU time the sandbox's container has used (cgroup v1
@@ -782,7 +782,7 @@ func BenchmarkEvaluate(b *testing.B) {
 			// its start (ready_in below).
 			s, sb := start(b, e, p)
 			cpu0 := sb.cpuNS()
-			st, err := sb.StartZygote(ctx, true)
+			st, err := sb.StartZygote(ctx, sandbox.ZygoteOptions{Wait: true})
 			if err != nil || !st.Ready {
 				b.Fatalf("zygote: %+v %v", st, err)
 			}
@@ -822,7 +822,7 @@ func BenchmarkEvaluate(b *testing.B) {
 
 			// With the zygote, /usr through the storage driver.
 			s, sb = start(b, eu, pu)
-			if st, err := sb.StartZygote(ctx, true); err != nil || !st.Ready {
+			if st, err := sb.StartZygote(ctx, sandbox.ZygoteOptions{Wait: true}); err != nil || !st.Ready {
 				b.Fatalf("zygote: %+v %v", st, err)
 			}
 			took, _, _ = evaluate(b, s, sb)
@@ -830,7 +830,7 @@ func BenchmarkEvaluate(b *testing.B) {
 
 			// With the zygote, "/" as the image has it.
 			s, sb = start(b, ek, pk)
-			if st, err := sb.StartZygote(ctx, true); err != nil || !st.Ready {
+			if st, err := sb.StartZygote(ctx, sandbox.ZygoteOptions{Wait: true}); err != nil || !st.Ready {
 				b.Fatalf("zygote: %+v %v", st, err)
 			}
 			took, _, _ = evaluate(b, s, sb)

@@ -65,7 +65,7 @@ func (p *pathProvider) lastSandbox() *pathSandbox {
 func (p *pathProvider) zygoteReady(t *testing.T) {
 	t.Helper()
 	sb := p.lastSandbox()
-	st, err := sb.StartZygote(t.Context(), true)
+	st, err := sb.StartZygote(t.Context(), sandbox.ZygoteOptions{Wait: true})
 	if err != nil || !st.Ready {
 		t.Fatalf("zygote: %+v %v", st, err)
 	}
@@ -95,8 +95,8 @@ func (s *pathSandbox) Exec(ctx context.Context, req sandbox.ExecRequest) (sandbo
 	return r, err
 }
 
-func (s *pathSandbox) StartZygote(ctx context.Context, wait bool) (sandbox.ZygoteStatus, error) {
-	return s.Sandbox.(sandbox.ZygoteStarter).StartZygote(ctx, wait)
+func (s *pathSandbox) StartZygote(ctx context.Context, opts sandbox.ZygoteOptions) (sandbox.ZygoteStatus, error) {
+	return s.Sandbox.(sandbox.ZygoteStarter).StartZygote(ctx, opts)
 }
 
 // zygoteEnv makes an environment of an example on a provider that records

@@ -139,12 +139,12 @@ func (p *Provider) fill(key string, spec sandbox.Spec) {
 		// sandboxes, so that the first snapshot need not.
 		p.mu.Lock()
 		_, known := p.roots[spec.Image]
-		zygote := p.zygotePools[key]
+		preload, zygote := p.zygotePools[key]
 		p.mu.Unlock()
 		if zygote {
 			// The session it serves finds its verifier zygote imported
 			// (in its turn, as any zygote).
-			_, _ = s.StartZygote(p.bgCtx, false)
+			_, _ = s.StartZygote(p.bgCtx, sandbox.ZygoteOptions{Preload: preload})
 		}
 		if !known {
 			if _, rerr := s.roots(p.bgCtx); rerr != nil {

@@ -262,7 +262,7 @@ func TestWarmPoolZygote(t *testing.T) {
 	}
 	withZygote := sandbox.Spec{Image: image, WorkDir: "/workspace", ShareUsr: true}
 	first := create(withZygote)
-	if _, err := first.(sandbox.ZygoteStarter).StartZygote(ctx, false); err != nil {
+	if _, err := first.(sandbox.ZygoteStarter).StartZygote(ctx, sandbox.ZygoteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	waitPooled(t, p, withZygote, 1)
@@ -285,7 +285,7 @@ func TestWarmPoolZygote(t *testing.T) {
 			return false
 		}
 		t0 := time.Now()
-		st, err := sb.(sandbox.ZygoteStarter).StartZygote(ctx, true)
+		st, err := sb.(sandbox.ZygoteStarter).StartZygote(ctx, sandbox.ZygoteOptions{Wait: true})
 		if err != nil || !st.Ready {
 			t.Fatalf("zygote: %+v %v", st, err)
 		}

@@ -210,10 +210,10 @@ type Provider struct {
 	// not be recorded for a recycle (said once in the log).
 	recycling    map[string]int
 	unrecyclable map[string]bool
-	// zygotePools are the pool keys whose sessions start verifier zygotes:
-	// their pooled sandboxes start one as they join the pool (see
-	// Sandbox.StartZygote).
-	zygotePools map[string]bool
+	// zygotePools are the pool keys whose sessions start verifier zygotes,
+	// with the modules they preload: their pooled sandboxes start one as
+	// they join the pool (see Sandbox.StartZygote).
+	zygotePools map[string][]string
 	// created holds containers created, not started, by poolKey (see
 	// Options.CreatedPool); creating counts the creates in flight.
 	created  map[string][]*Sandbox
@@ -292,7 +292,7 @@ func New(ctx context.Context, opts Options) (*Provider, error) {
 		filling:      map[string]int{},
 		recycling:    map[string]int{},
 		unrecyclable: map[string]bool{},
-		zygotePools:  map[string]bool{},
+		zygotePools:  map[string][]string{},
 		created:      map[string][]*Sandbox{},
 		creating:     map[string]int{},
 		snapshots:    map[string]bool{},

@@ -106,7 +106,7 @@ func (p *Provider) recycle(s *Sandbox) {
 		p.pool[s.poolKey] = append(p.pool[s.poolKey], n)
 		n = nil
 	}
-	zygote := p.zygotePools[s.poolKey]
+	preload, zygote := p.zygotePools[s.poolKey]
 	p.mu.Unlock()
 	if evicted != nil {
 		p.retire(evicted)
@@ -134,7 +134,7 @@ func (p *Provider) recycle(s *Sandbox) {
 		if zygote {
 			// As a pooled sandbox joining the pool would (see fill);
 			// none is started if the executor kept its zygote.
-			_, _ = fresh.StartZygote(p.bgCtx, false)
+			_, _ = fresh.StartZygote(p.bgCtx, sandbox.ZygoteOptions{Preload: preload})
 		}
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"maps"
 	"os"
 	"path"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -82,6 +83,10 @@ type Sandbox struct {
 	// zygote is where the verifier zygote's start is: zygoteNone,
 	// zygoteQueued, zygoteStarted or zygoteSkipped (see StartZygote).
 	zygote atomic.Int32
+	// preloadMu guards preload, the module names its zygote is to
+	// preload (see StartZygote).
+	preloadMu sync.Mutex
+	preload   []string
 }
 
 // The states of a sandbox's verifier zygote start.
@@ -701,20 +706,37 @@ func (s *Sandbox) Remove(ctx context.Context, p string) error {
 // provider import at once. Until then an evaluation runs its tests the
 // usual way. Started without wait in a sandbox of a warm pool, it also
 // makes every sandbox that joins that pool later start its own zygote as
-// it joins.
-func (s *Sandbox) StartZygote(ctx context.Context, wait bool) (sandbox.ZygoteStatus, error) {
-	if wait {
+// it joins, with the same modules to preload. The modules to preload of a
+// zygote that runs already (a pooled sandbox's) go to it at once.
+func (s *Sandbox) StartZygote(ctx context.Context, opts sandbox.ZygoteOptions) (sandbox.ZygoteStatus, error) {
+	if err := executor.CheckPreload(opts.Preload); err != nil {
+		return sandbox.ZygoteStatus{}, fmt.Errorf("docker: zygote: %v: %w", err, gym.ErrInvalidArgument)
+	}
+	// The names are stored before the state is read, and the zygote's
+	// start reads them after it changed the state: one of the two passes
+	// them on.
+	s.preloadMu.Lock()
+	s.preload = addNames(s.preload, opts.Preload)
+	s.preloadMu.Unlock()
+	if opts.Wait {
 		return s.startZygote(ctx)
 	}
 	if !s.zygote.CompareAndSwap(zygoteNone, zygoteQueued) {
-		return sandbox.ZygoteStatus{}, nil // queued, started or skipped already
+		// Queued: its start passes the names on; skipped: no zygote.
+		if len(opts.Preload) > 0 && s.zygote.Load() == zygoteStarted {
+			err := s.bounded(ctx, "preload zygote", opBound, func(ctx context.Context) error {
+				return s.exec.PreloadZygote(ctx, opts.Preload)
+			})
+			return sandbox.ZygoteStatus{}, err
+		}
+		return sandbox.ZygoteStatus{}, nil
 	}
 	p := s.p
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if s.poolKey != "" {
 		// The next sandboxes of its pool will want one too.
-		p.zygotePools[s.poolKey] = true
+		p.zygotePools[s.poolKey] = slices.Clone(opts.Preload)
 	}
 	if !p.closed {
 		p.bg.Add(1)
@@ -759,11 +781,25 @@ func (s *Sandbox) zygoteInTurn() {
 // startZygote starts the zygote and waits until it is ready or failed.
 func (s *Sandbox) startZygote(ctx context.Context) (st sandbox.ZygoteStatus, err error) {
 	s.zygote.Store(zygoteStarted)
+	s.preloadMu.Lock()
+	names := slices.Clone(s.preload)
+	s.preloadMu.Unlock()
 	err = s.bounded(ctx, "start zygote", zygoteTurnBound, func(ctx context.Context) (err error) {
-		st, err = s.exec.StartZygote(ctx, true)
+		st, err = s.exec.StartZygote(ctx, sandbox.ZygoteOptions{Wait: true, Preload: names})
 		return err
 	})
 	return st, err
+}
+
+// addNames returns names with those of more it does not hold, up to
+// executor.MaxPreload in all.
+func addNames(names, more []string) []string {
+	for _, n := range more {
+		if len(names) < executor.MaxPreload && !slices.Contains(names, n) {
+			names = append(names, n)
+		}
+	}
+	return names
 }
 
 // KillAll kills every process of the sandbox user.

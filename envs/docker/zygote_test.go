@@ -1,6 +1,7 @@
 package docker_test
 
 import (
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -8,6 +9,7 @@ import (
 	"github.com/gymserver/gymserver/envs/docker"
 	"github.com/gymserver/gymserver/envs/docker/dockertest"
 	"github.com/gymserver/gymserver/envs/sandbox"
+	"github.com/gymserver/gymserver/gym"
 	"github.com/gymserver/gymserver/internal/waittest"
 )
 
@@ -23,7 +25,7 @@ func zygoteSandbox(t *testing.T, files map[string]string) *docker.Sandbox {
 	}
 	sb := baseSandbox(t, p, sandbox.Spec{Files: fs, Env: map[string]string{"PYTHONUNBUFFERED": "1"}})
 	ds := sb.(*docker.Sandbox)
-	st, err := ds.StartZygote(ctx, true)
+	st, err := ds.StartZygote(ctx, sandbox.ZygoteOptions{Wait: true})
 	if err != nil || !st.Ready {
 		t.Fatalf("zygote: %+v %v", st, err)
 	}
@@ -274,7 +276,7 @@ func TestZygoteDeadFallsBack(t *testing.T) {
 	sb := baseSandbox(t, p, sandbox.Spec{
 		Files: []sandbox.File{{Path: "/workspace/tests/test_pass.py", Data: []byte("def test_a():\n    pass\n"), Mode: 0o644}}})
 	ds := sb.(*docker.Sandbox)
-	if st, err := ds.StartZygote(ctx, true); err != nil || !st.Ready {
+	if st, err := ds.StartZygote(ctx, sandbox.ZygoteOptions{Wait: true}); err != nil || !st.Ready {
 		t.Fatalf("zygote: %+v %v", st, err)
 	}
 	killed, err := dockerExec(ctx, cli, sb.ID(), []string{"/bin/sh", "-c",
@@ -288,7 +290,7 @@ func TestZygoteDeadFallsBack(t *testing.T) {
 	if err != nil || r.ExitCode != 0 || r.ViaZygote || r.ZygoteMiss == "" {
 		t.Fatalf("with the zygote dead: exit %d via zygote %v (%s) %v", r.ExitCode, r.ViaZygote, r.ZygoteMiss, err)
 	}
-	if st, err := ds.StartZygote(ctx, true); err != nil || !st.Ready {
+	if st, err := ds.StartZygote(ctx, sandbox.ZygoteOptions{Wait: true}); err != nil || !st.Ready {
 		t.Fatalf("zygote again: %+v %v", st, err)
 	}
 	if r, err = sb.Exec(ctx, cmd); err != nil || r.ExitCode != 0 || !r.ViaZygote {
@@ -324,7 +326,7 @@ func TestZygoteTurns(t *testing.T) {
 	}
 	release := docker.HoldZygoteTurn(p)
 	for _, sb := range boxes {
-		if _, err := sb.StartZygote(ctx, false); err != nil {
+		if _, err := sb.StartZygote(ctx, sandbox.ZygoteOptions{}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -345,7 +347,7 @@ func TestZygoteTurns(t *testing.T) {
 		return zygoteProcess(t, boxes[0]) && zygoteProcess(t, boxes[1])
 	})
 	for i, sb := range boxes[:2] {
-		if st, err := sb.StartZygote(ctx, true); err != nil || !st.Ready {
+		if st, err := sb.StartZygote(ctx, sandbox.ZygoteOptions{Wait: true}); err != nil || !st.Ready {
 			t.Errorf("sandbox %d: zygote %+v %v", i, st, err)
 		}
 	}
@@ -357,4 +359,82 @@ func TestZygoteTurns(t *testing.T) {
 		}
 	}
 	waittest.For(t, "no zygote pending", time.Minute, func() bool { return p.ZygotesPending() == 0 })
+}
+
+// preloadTest reports, before it imports anything, which of the modules
+// the zygote may be asked to preload the test process holds already, and
+// then where hmac comes from.
+const preloadTest = `import sys
+HELD = sorted(n for n in ("urllib.request", "http.server", "multiprocessing", "this", "hmac", "shadowed") if n in sys.modules)
+import hmac
+
+def test_held():
+    print("HELD", HELD)
+    print("HMAC", hmac.__file__)
+`
+
+// TestZygotePreload checks that the zygote imports the standard library
+// modules it is asked to preload, those it allows and only those: it
+// takes a list while it runs (as a pooled sandbox's zygote gets its
+// session's), and a test run forked after holds them. Attack: a module of
+// the agent's with a preloaded module's name, next to the tests (where
+// the test run finds it first), is never imported by the zygote, which is
+// root: only the test run, as the agent, may import it.
+func TestZygotePreload(t *testing.T) {
+	shadow := `import os
+open("/tmp/shadow-imported-by-%d" % os.geteuid(), "w").close()
+`
+	sb := zygoteSandbox(t, map[string]string{"tests/test_preload.py": preloadTest, "tests/hmac.py": shadow,
+		"tests/shadowed.py": shadow})
+	ctx := t.Context()
+	run := func() (held, hmacFile string) {
+		t.Helper()
+		r, err := sb.Exec(ctx, sandbox.ExecRequest{Argv: []string{"/bin/sh", "-c", "python3 -m pytest -s -q tests/test_preload.py"},
+			Dir: "/workspace", Env: testEnv, Timeout: time.Minute, Report: true, Zygote: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !r.ViaZygote || r.ExitCode != 0 {
+			t.Fatalf("via the zygote %v (%s), exit %d:\n%s%s", r.ViaZygote, r.ZygoteMiss, r.ExitCode, r.Stdout, r.Stderr)
+		}
+		for _, l := range strings.Split(string(r.Stdout), "\n") {
+			if i := strings.Index(l, "HELD "); i >= 0 {
+				held = l[i+5:]
+			}
+			if i := strings.Index(l, "HMAC "); i >= 0 {
+				hmacFile = l[i+5:]
+			}
+		}
+		return held, hmacFile
+	}
+	held, hmacFile := run()
+	if held != "[]" || hmacFile != "/workspace/tests/hmac.py" {
+		t.Fatalf("before any preload the test run held %s and imported hmac from %s", held, hmacFile)
+	}
+	// As a session does with a pooled sandbox whose zygote runs.
+	if _, err := sb.StartZygote(ctx, sandbox.ZygoteOptions{Preload: []string{"urllib.request", "http.server", "multiprocessing",
+		"this", "hmac", "shadowed", "tests.hmac"}}); err != nil {
+		t.Fatal(err)
+	}
+	held, hmacFile = run()
+	if held != "['hmac', 'http.server', 'urllib.request']" {
+		t.Errorf("the test run held %s, want the three allowed modules", held)
+	}
+	if !strings.HasPrefix(hmacFile, "/usr/lib/python3") {
+		t.Errorf("the preloaded hmac is %s, not the standard library's", hmacFile)
+	}
+	r, err := sb.Exec(ctx, sandbox.ExecRequest{Argv: []string{"/bin/sh", "-c", "ls /tmp | grep shadow-imported || true"}, Timeout: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.TrimSpace(string(r.Stdout)); got != "shadow-imported-by-1000" {
+		t.Errorf("the agent's modules were imported by: %q, want the first test run (the agent) only", got)
+	}
+	// Bad names are refused, and the zygote still works.
+	if _, err := sb.StartZygote(ctx, sandbox.ZygoteOptions{Preload: []string{"os; import this"}}); err == nil || !errors.Is(err, gym.ErrInvalidArgument) {
+		t.Errorf("a bad module name: %v, want an invalid-argument error", err)
+	}
+	if held, _ := run(); held != "['hmac', 'http.server', 'urllib.request']" {
+		t.Errorf("after a refused preload the test run held %s", held)
+	}
 }

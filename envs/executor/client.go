@@ -283,8 +283,19 @@ func (c *Client) Exec(ctx context.Context, req sandbox.ExecRequest) (sandbox.Exe
 
 // StartZygote starts the executor's verifier zygote; see
 // sandbox.ZygoteStarter.
-func (c *Client) StartZygote(ctx context.Context, wait bool) (sandbox.ZygoteStatus, error) {
-	resp, err := c.call(ctx, request{Op: opZygote, Wait: wait})
+func (c *Client) StartZygote(ctx context.Context, opts sandbox.ZygoteOptions) (sandbox.ZygoteStatus, error) {
+	return c.zygoteOp(ctx, request{Op: opZygote, Wait: opts.Wait, Preload: opts.Preload})
+}
+
+// PreloadZygote passes module names to preload on to the executor's
+// verifier zygote, or to the one it starts later, and starts none itself.
+func (c *Client) PreloadZygote(ctx context.Context, names []string) error {
+	_, err := c.zygoteOp(ctx, request{Op: opZygote, Preload: names, NoStart: true})
+	return err
+}
+
+func (c *Client) zygoteOp(ctx context.Context, req request) (sandbox.ZygoteStatus, error) {
+	resp, err := c.call(ctx, req)
 	if err != nil {
 		return sandbox.ZygoteStatus{}, err
 	}

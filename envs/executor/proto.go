@@ -95,6 +95,12 @@ type request struct {
 	Zygote bool `msgpack:"zygote,omitempty"`
 	// Wait makes a zygote op wait until the zygote is ready or failed.
 	Wait bool `msgpack:"wait,omitempty"`
+	// Preload names modules a zygote op asks the zygote to import ahead
+	// of the tests; it imports only those it allows (see zygote.py).
+	// NoStart makes a zygote op only pass Preload on: to the zygote if one
+	// runs, or to the one started later.
+	Preload []string `msgpack:"preload,omitempty"`
+	NoStart bool     `msgpack:"no_start,omitempty"`
 	// ForAgent gives the directory of a mkdir op to the agent.
 	ForAgent bool `msgpack:"for_agent,omitempty"`
 }

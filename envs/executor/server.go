@@ -185,6 +185,9 @@ type server struct {
 	oom oomCounter
 	// zygote is the verifier zygote, once a zygote op started it.
 	zygote *zygote
+	// preload is every module name zygote ops asked to preload, in
+	// order, each once: a zygote started later gets them all.
+	preload []string
 
 	// pristine is the agent's places as the sandbox started, once a
 	// pristine op took them; tainted says why the sandbox can no longer
@@ -309,7 +312,10 @@ func (s *server) handle(ctx context.Context, req request) response {
 	case opKillAll:
 		return errResponse(req.ID, s.killAll())
 	case opZygote:
-		st := s.startZygote(ctx, req.Wait)
+		if err := CheckPreload(req.Preload); err != nil {
+			return response{ID: req.ID, ErrKind: kindInvalid, Err: "zygote: " + err.Error()}
+		}
+		st := s.startZygote(ctx, req.Wait, req.Preload, !req.NoStart)
 		return response{ID: req.ID, Zygote: &st}
 	case opInstall:
 		return errResponse(req.ID, s.install(req.Files))

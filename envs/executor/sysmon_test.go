@@ -104,7 +104,7 @@ func TestSysmonIdle(t *testing.T) {
 	c, cmd := serveWith(t, cmd, (*exec.Cmd).Start)
 	ctx := t.Context()
 	pid := cmd.Process.Pid
-	if st, err := c.StartZygote(ctx, true); err != nil || !st.Ready {
+	if st, err := c.StartZygote(ctx, sandbox.ZygoteOptions{Wait: true}); err != nil || !st.Ready {
 		t.Fatalf("zygote: %+v %v", st, err)
 	}
 	if r, err := c.Exec(ctx, sandbox.ExecRequest{Argv: []string{"echo started"}, Shell: true}); err != nil || string(r.Stdout) != "started\n" {

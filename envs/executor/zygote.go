@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -107,6 +108,10 @@ type zygote struct {
 
 	// turn is held by the one command using the zygote.
 	turn chan struct{}
+
+	// sendMu guards preloaded, the module names sent to it to preload.
+	sendMu    sync.Mutex
+	preloaded map[string]bool
 }
 
 // zygoteStatus is what the executor knows about its zygote (the wire form
@@ -220,9 +225,10 @@ func findPython() string {
 	return ""
 }
 
-// startZygote starts the zygote; it is ready when its ready channel
-// closes with a nil err.
-func startZygote() (*zygote, error) {
+// startZygote starts the zygote, which imports the modules of preload it
+// allows after pytest; it is ready when its ready channel closes with a
+// nil err.
+func startZygote(preload []string) (*zygote, error) {
 	python := findPython()
 	if python == "" {
 		return nil, errors.New("no python3 on PATH that only root can change")
@@ -240,8 +246,12 @@ func startZygote() (*zygote, error) {
 	}
 	conn := fc.(*net.UnixConn)
 	env := zygoteEnv(os.Environ())
-	z := &zygote{conn: conn, env: envMap(env), ready: make(chan struct{}), exited: make(chan struct{}), turn: make(chan struct{}, 1)}
-	cmd := exec.Command(python, "-c", zygoteSource)
+	z := &zygote{conn: conn, env: envMap(env), ready: make(chan struct{}), exited: make(chan struct{}), turn: make(chan struct{}, 1),
+		preloaded: map[string]bool{}}
+	for _, n := range preload {
+		z.preloaded[n] = true
+	}
+	cmd := exec.Command(python, append([]string{"-c", zygoteSource}, preload...)...)
 	cmd.Dir = "/"
 	cmd.Env = env
 	cmd.ExtraFiles = []*os.File{theirs} // fd 3
@@ -431,25 +441,101 @@ func (w *limitedWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// startZygote starts the zygote unless one was started, and returns its
-// status; with wait, once it is ready or failed (or ctx ends). Only an
-// executor acting for an agent starts one: the zygote's children become
-// the agent.
-func (s *server) startZygote(ctx context.Context, wait bool) zygoteStatus {
+// MaxPreload bounds the module names a zygote op may pass, and those an
+// executor passes on to its zygote; maxModuleName bounds one name.
+const (
+	MaxPreload    = 256
+	maxModuleName = 128
+)
+
+// CheckPreload checks module names to preload, as a zygote op does.
+func CheckPreload(names []string) error {
+	if len(names) > MaxPreload {
+		return fmt.Errorf("%d module names to preload, at most %d", len(names), MaxPreload)
+	}
+	for _, n := range names {
+		if !moduleName(n) {
+			return fmt.Errorf("%.200q is not a module name of at most %d bytes", n, maxModuleName)
+		}
+	}
+	return nil
+}
+
+// moduleName reports whether n is a dotted Python module name (ASCII).
+func moduleName(n string) bool {
+	if n == "" || len(n) > maxModuleName {
+		return false
+	}
+	for _, part := range strings.Split(n, ".") {
+		if part == "" || part[0] >= '0' && part[0] <= '9' {
+			return false
+		}
+		for _, r := range part {
+			if !(r == '_' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9') {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// preload sends the zygote those of names it was not sent yet. It imports
+// them, among those it allows, before it forks the next child.
+func (z *zygote) preload(names []string) {
+	z.sendMu.Lock()
+	defer z.sendMu.Unlock()
+	var fresh []string
+	for _, n := range names {
+		if !z.preloaded[n] {
+			fresh = append(fresh, n)
+		}
+	}
+	if len(fresh) == 0 || z.dead() {
+		return
+	}
+	b, err := json.Marshal(map[string][]string{"preload": fresh})
+	if err != nil {
+		return
+	}
+	if _, err := z.conn.Write(b); err != nil {
+		z.broken.Store(true)
+		return
+	}
+	for _, n := range fresh {
+		z.preloaded[n] = true
+	}
+}
+
+// startZygote starts the zygote unless one was started (or start is
+// false), passes it the module names to preload (those of every zygote op
+// so far: a zygote started now imports them before it is ready), and
+// returns its status; with wait, once it is ready or failed (or ctx ends). Only an executor acting for an agent starts one: the
+// zygote's children become the agent.
+func (s *server) startZygote(ctx context.Context, wait bool, preload []string, start bool) zygoteStatus {
 	if s.opts.Agent == nil {
 		return zygoteStatus{Error: "the executor does not act for an agent"}
 	}
 	s.mu.Lock()
+	for _, n := range preload {
+		if len(s.preload) < MaxPreload && !slices.Contains(s.preload, n) {
+			s.preload = append(s.preload, n)
+		}
+	}
+	names := s.preload
 	z := s.zygote
-	if z == nil || z.dead() {
+	if start && (z == nil || z.dead()) {
 		var err error
-		if z, err = startZygote(); err != nil {
+		if z, err = startZygote(names); err != nil {
 			s.mu.Unlock()
 			return zygoteStatus{Error: err.Error()}
 		}
 		s.zygote = z
 	}
 	s.mu.Unlock()
+	if z == nil {
+		return zygoteStatus{}
+	}
+	z.preload(names)
 	if wait {
 		select {
 		case <-z.ready:

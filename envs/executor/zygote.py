@@ -5,9 +5,12 @@
 # Channel: file descriptor 3, one end of a SOCK_SEQPACKET socket pair whose
 # other end only the executor holds. Every message is one JSON object.
 #   zygote -> executor, once: {"ready": true, "python": ..., "pytest": ...,
-#       "main": ...} when pytest is imported, or {"error": ...}.
+#       "main": ...} when pytest is imported, and the modules its arguments
+#       name (those it allows, see _PRELOADABLE), or {"error": ...}.
 #   executor -> zygote: {"argv", "env", "dir", "uid", "gid"} with the
-#       command's stdout, stderr and (optionally) report pipe as SCM_RIGHTS.
+#       command's stdout, stderr and (optionally) report pipe as SCM_RIGHTS;
+#       or {"preload": [module names]}, answered by nothing: the zygote
+#       imports those of them it allows before it forks the next child.
 #   zygote -> executor: {"pid": N} once the child exists (or {"error"}),
 #       then {"pid": N, "status": S}, S the raw wait status.
 # One command at a time: the zygote answers nothing while its child runs.
@@ -21,18 +24,52 @@ import threading
 _CHANNEL = 3
 
 
+# The standard library modules the zygote imports when asked to preload
+# them (the hidden tests import them): those whose import costs a test run
+# time and depends on nothing but the interpreter's start-up settings and
+# the OpenSSL ones, which a test command must share with the zygote to
+# run through it. The zygote imports only from the system's directories,
+# so a module of the same name the agent wrote is never among them.
+# multiprocessing is not: it draws its authentication key at import.
+_PRELOADABLE = frozenset("""
+    asyncio concurrent.futures configparser csv dataclasses decimal difflib
+    email.message email.parser email.utils fractions gzip hashlib hmac html
+    html.parser http http.client http.cookies http.server ipaddress
+    logging.handlers pickle queue secrets socketserver sqlite3 ssl statistics
+    tarfile tomllib unittest unittest.mock urllib.error urllib.parse
+    urllib.request uuid wsgiref xml.dom.minidom xml.etree.ElementTree zipfile
+    zoneinfo
+""".split())
+
+
 def _send(sock, obj):
     sock.send(json.dumps(obj).encode())
 
 
-def _import():
-    # This thread alone runs at the lowest priority (Linux priorities are
-    # per thread): the agent's first steps come first, and the process
-    # that forks the test run (the main thread) keeps the normal one.
-    try:
-        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
-    except OSError:
-        pass
+def _lowest(fn, *args):
+    """Runs fn in a thread of its own at the lowest CPU priority (Linux
+    priorities are per thread: the agent's steps come first, and the
+    thread that forks the test run keeps the normal one); returns what it
+    raised, or None."""
+    failed = []
+
+    def run():
+        try:
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
+        except OSError:
+            pass
+        try:
+            fn(*args)
+        except BaseException as e:
+            failed.append(e)
+
+    t = threading.Thread(target=run)
+    t.start()
+    t.join()
+    return failed[0] if failed else None
+
+
+def _import(preload):
     import importlib
     import pytest
     import _pytest.config
@@ -42,6 +79,21 @@ def _import():
     # What pytest.main and the report need beyond its plugins.
     import _pytest.junitxml
     import pytest.__main__  # noqa: F401 (only its path is wanted)
+    # What every run imports after it starts: the debugging plugin's pdb.
+    import pdb  # noqa: F401
+
+    _preload(preload)
+
+
+def _preload(names):
+    import importlib
+
+    for name in names:
+        if name in _PRELOADABLE and name not in sys.modules:
+            try:
+                importlib.import_module(name)
+            except Exception:
+                pass  # the test run imports it itself, and fails as usual
 
 
 def _pytest_script():
@@ -81,6 +133,12 @@ def _serve(sock):
             os._exit(0)  # the executor is gone
         try:
             req = json.loads(msg)
+            if "preload" in req:
+                names = req["preload"]
+                _lowest(_preload, names if isinstance(names, list) else [])
+                for fd in fds:  # none is sent with it
+                    os.close(fd)
+                continue
             pid = os.fork()
         except Exception as e:  # a bad request or no process left
             for fd in fds:
@@ -152,19 +210,9 @@ def _become(req, fds):
 def _main():
     sock = socket.socket(fileno=_CHANNEL)
     try:
-        failed = []
-
-        def prepare():
-            try:
-                _import()
-            except BaseException as e:
-                failed.append(e)
-
-        t = threading.Thread(target=prepare)
-        t.start()
-        t.join()
-        if failed:
-            raise failed[0]
+        failed = _lowest(_import, sys.argv[1:])
+        if failed is not None:
+            raise failed
         import pytest
 
         _send(sock, {

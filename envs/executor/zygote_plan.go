@@ -141,12 +141,14 @@ func (s *server) zygotePlan(ctx context.Context, req request, env []string, dir 
 }
 
 // startupVar reports whether Python reads variable k when it starts
-// (rather than when a program asks for it).
+// (rather than when a program asks for it), or OpenSSL when a module the
+// zygote holds loads it.
 func startupVar(k string) bool {
 	if k == "PYTHONPATH" {
 		return false // the child sets sys.path from it
 	}
-	return strings.HasPrefix(k, "PYTHON") || k == "LANG" || k == "LANGUAGE" || strings.HasPrefix(k, "LC_") || k == "TZ"
+	return strings.HasPrefix(k, "PYTHON") || k == "LANG" || k == "LANGUAGE" || strings.HasPrefix(k, "LC_") || k == "TZ" ||
+		strings.HasPrefix(k, "OPENSSL_") // read when ssl or hashlib is imported (see _PRELOADABLE in zygote.py)
 }
 
 func mapEnv(m map[string]string) []string {

@@ -564,7 +564,7 @@ func checkZygote(t *testing.T, f *fleet.Fleet) {
 	if !ok {
 		t.Fatal("a fleet sandbox is not a sandbox.ZygoteStarter: evaluations would never use the verifier zygote")
 	}
-	st, err := z.StartZygote(ctx, true)
+	st, err := z.StartZygote(ctx, sandbox.ZygoteOptions{Wait: true})
 	if err != nil || !st.Ready || st.PytestVersion == "" {
 		t.Fatalf("the verifier zygote of a fleet sandbox: %+v %v", st, err)
 	}

@@ -152,7 +152,7 @@ func (s *Sandbox) MakeDir(ctx context.Context, path string, forAgent bool) error
 // StartZygote starts the inner sandbox's verifier zygote. An inner
 // sandbox that cannot keep one says so in the status, as one whose image
 // has no pytest does: the evaluation then runs the usual way.
-func (s *Sandbox) StartZygote(ctx context.Context, wait bool) (sandbox.ZygoteStatus, error) {
+func (s *Sandbox) StartZygote(ctx context.Context, opts sandbox.ZygoteOptions) (sandbox.ZygoteStatus, error) {
 	if err := s.check(); err != nil {
 		return sandbox.ZygoteStatus{}, err
 	}
@@ -160,7 +160,7 @@ func (s *Sandbox) StartZygote(ctx context.Context, wait bool) (sandbox.ZygoteSta
 	if !ok {
 		return sandbox.ZygoteStatus{Error: fmt.Sprintf("sandbox %s keeps no verifier zygote", s.inner.ID())}, nil
 	}
-	return z.StartZygote(ctx, wait)
+	return z.StartZygote(ctx, opts)
 }
 
 // Archive takes the agent's files as an archive.

@@ -354,12 +354,25 @@ type ExecResult struct {
 // zygote: a process of the sandbox's machinery (never the agent's) that
 // imports the test runner (pytest) ahead of evaluation, at a low CPU
 // priority, and forks the test command's process when ExecRequest.Zygote
-// allows it. StartZygote starts it unless it runs already, and returns at
-// once, or with wait once it is ready or has failed (or ctx ends). A
-// sandbox whose image has no usable pytest reports that in the status,
-// not as an error; errors are the sandbox's (gym.ErrSandbox).
+// allows it. StartZygote starts it unless it runs already, passes it the
+// modules to preload, and returns at once, or with opts.Wait once it is
+// ready or has failed (or ctx ends). A sandbox whose image has no usable
+// pytest reports that in the status, not as an error; errors are the
+// sandbox's (gym.ErrSandbox).
 type ZygoteStarter interface {
-	StartZygote(ctx context.Context, wait bool) (ZygoteStatus, error)
+	StartZygote(ctx context.Context, opts ZygoteOptions) (ZygoteStatus, error)
+}
+
+// ZygoteOptions says how StartZygote starts a verifier zygote.
+type ZygoteOptions struct {
+	// Wait makes StartZygote return once the zygote is ready or failed.
+	Wait bool
+	// Preload names the modules the hidden tests import. The zygote
+	// imports those it allows (standard library modules whose import
+	// costs a test run time; see zygote.py in package executor) ahead of
+	// the tests; the others are left to the test run. A zygote that runs
+	// already gets the names too.
+	Preload []string
 }
 
 // ZygoteStatus describes a sandbox's verifier zygote.
