@@ -205,7 +205,8 @@ func TestReapDeadOwner(t *testing.T) {
 // BenchmarkExecEcho measures `echo hi` through the executor beside a plain
 // Docker API exec (create, attach, inspect) of the same command, alone and
 // as a step runs it (/bin/sh -c "/bin/echo hi"), and as a step with
-// persistent_shell runs it. Ours runs with the shared /usr; the baselines
+// persistent_shell runs it; and the machine's floor, /bin/echo started on
+// the host with no container (host_exec). Ours runs with the shared /usr; the baselines
 // run in a sandbox that reads /usr through the storage driver. The
 // _root_mode_kept arm is ours with "/" keeping its group bits
 // (docker.Options.KeepRootMode); the _attach_stream arms are ours with the
@@ -303,6 +304,22 @@ func BenchmarkExecEcho(b *testing.B) {
 			out, err := dockerExec(ctx, cli, plain.ID(), []string{"echo", "hi"})
 			if err != nil || out != "hi\n" {
 				b.Fatalf("docker exec: %q %v", out, err)
+			}
+			lat = append(lat, time.Since(start))
+		}
+		report(b, lat)
+	})
+	// The machine's own floor: /bin/echo hi started by this process on the
+	// host (os/exec: fork, exec, wait), with no container, no executor and
+	// no transport. Where starting a program costs this much, no step of it
+	// can cost less.
+	b.Run("host_exec", func(b *testing.B) {
+		lat := make([]time.Duration, 0, b.N)
+		for b.Loop() {
+			start := time.Now()
+			out, err := exec.Command("/bin/echo", "hi").Output()
+			if err != nil || string(out) != "hi\n" {
+				b.Fatalf("host exec: %q %v", out, err)
 			}
 			lat = append(lat, time.Since(start))
 		}

@@ -438,3 +438,47 @@ open("/tmp/shadow-imported-by-%d" % os.geteuid(), "w").close()
 		t.Errorf("after a refused preload the test run held %s", held)
 	}
 }
+
+// TestZygotePreloadAtStart checks a zygote given modules to preload as it
+// starts: it is ready only once it imported them, and the names, which say
+// what the hidden tests import, are not on its command line, which the
+// agent can read.
+func TestZygotePreloadAtStart(t *testing.T) {
+	p, _ := newProvider(t)
+	ctx := t.Context()
+	sb := baseSandbox(t, p, sandbox.Spec{Files: []sandbox.File{{Path: "/workspace/tests/test_preload.py", Data: []byte(preloadTest), Mode: 0o644}},
+		Env: map[string]string{"PYTHONUNBUFFERED": "1"}}).(*docker.Sandbox)
+	st, err := sb.StartZygote(ctx, sandbox.ZygoteOptions{Wait: true, Preload: []string{"http.server", "multiprocessing"}})
+	if err != nil || !st.Ready {
+		t.Fatalf("zygote: %+v %v", st, err)
+	}
+	// The zygote's command line is python3 -c and its source, which lists
+	// every module it may preload: nothing more. Its environment is not
+	// readable (TestZygoteOutOfAgentReach).
+	look := `import os
+for p in os.listdir("/proc"):
+    if not p.isdigit() or int(p) == os.getpid():
+        continue
+    try:
+        args = open("/proc/%s/cmdline" % p, "rb").read().split(b"\0")[:-1]
+    except OSError:
+        continue
+    if any(b"verifier zygote" in a for a in args):
+        print("ZYGOTE", len(args), [a for a in args if len(a) < 100])
+`
+	r, err := sb.Exec(ctx, sandbox.ExecRequest{Argv: []string{"python3", "-c", look}, Timeout: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out := strings.TrimSpace(string(r.Stdout)); out != "ZYGOTE 3 [b'/usr/bin/python3', b'-c']" {
+		t.Errorf("the zygote's command line as the agent reads it: %q, want python3 -c and its source only (%s)", out, r.Stderr)
+	}
+	r, err = sb.Exec(ctx, sandbox.ExecRequest{Argv: []string{"/bin/sh", "-c", "python3 -m pytest -s -q tests/test_preload.py"},
+		Dir: "/workspace", Env: testEnv, Timeout: time.Minute, Report: true, Zygote: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !r.ViaZygote || !strings.Contains(string(r.Stdout), "HELD ['http.server']") {
+		t.Errorf("via the zygote %v (%s): %s%s", r.ViaZygote, r.ZygoteMiss, r.Stdout, r.Stderr)
+	}
+}

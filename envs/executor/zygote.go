@@ -225,9 +225,9 @@ func findPython() string {
 	return ""
 }
 
-// startZygote starts the zygote, which imports the modules of preload it
-// allows after pytest; it is ready when its ready channel closes with a
-// nil err.
+// startZygote starts the zygote and sends it preload, the modules it
+// imports after pytest (those it allows); it is ready when its ready
+// channel closes with a nil err.
 func startZygote(preload []string) (*zygote, error) {
 	python := findPython()
 	if python == "" {
@@ -248,10 +248,8 @@ func startZygote(preload []string) (*zygote, error) {
 	env := zygoteEnv(os.Environ())
 	z := &zygote{conn: conn, env: envMap(env), ready: make(chan struct{}), exited: make(chan struct{}), turn: make(chan struct{}, 1),
 		preloaded: map[string]bool{}}
-	for _, n := range preload {
-		z.preloaded[n] = true
-	}
-	cmd := exec.Command(python, append([]string{"-c", zygoteSource}, preload...)...)
+	// Not in its arguments: the agent reads every process's command line.
+	cmd := exec.Command(python, "-c", zygoteSource)
 	cmd.Dir = "/"
 	cmd.Env = env
 	cmd.ExtraFiles = []*os.File{theirs} // fd 3
@@ -266,6 +264,8 @@ func startZygote(preload []string) (*zygote, error) {
 		return nil, fmt.Errorf("start %s: %w", python, err)
 	}
 	z.pid = cmd.Process.Pid
+	// Its first message, which it waits for before it imports anything.
+	z.preload(preload, true)
 	_ = os.WriteFile("/proc/"+strconv.Itoa(z.pid)+"/oom_score_adj", []byte(zygoteOOMScore), 0)
 	go func() {
 		awaitExit(*pidfd) // on the poller: see sysmon.go
@@ -479,18 +479,20 @@ func moduleName(n string) bool {
 	return true
 }
 
-// preload sends the zygote those of names it was not sent yet. It imports
-// them, among those it allows, before it forks the next child.
-func (z *zygote) preload(names []string) {
+// preload sends the zygote those of names it was not sent yet (with
+// first, even none: the zygote's first message). It imports them, among
+// those it allows: after pytest and before it says it is ready, for the
+// first message; before it forks the next child, for a later one.
+func (z *zygote) preload(names []string, first bool) {
 	z.sendMu.Lock()
 	defer z.sendMu.Unlock()
-	var fresh []string
+	fresh := []string{}
 	for _, n := range names {
 		if !z.preloaded[n] {
 			fresh = append(fresh, n)
 		}
 	}
-	if len(fresh) == 0 || z.dead() {
+	if !first && (len(fresh) == 0 || z.dead()) {
 		return
 	}
 	b, err := json.Marshal(map[string][]string{"preload": fresh})
@@ -535,7 +537,7 @@ func (s *server) startZygote(ctx context.Context, wait bool, preload []string, s
 	if z == nil {
 		return zygoteStatus{}
 	}
-	z.preload(names)
+	z.preload(names, false)
 	if wait {
 		select {
 		case <-z.ready:

@@ -4,9 +4,11 @@
 #
 # Channel: file descriptor 3, one end of a SOCK_SEQPACKET socket pair whose
 # other end only the executor holds. Every message is one JSON object.
+#   executor -> zygote, first: {"preload": [module names]}, which the
+#       zygote waits for before it imports anything.
 #   zygote -> executor, once: {"ready": true, "python": ..., "pytest": ...,
-#       "main": ...} when pytest is imported, and the modules its arguments
-#       name (those it allows, see _PRELOADABLE), or {"error": ...}.
+#       "main": ...} when pytest is imported, and the modules of the first
+#       message it allows (see _PRELOADABLE), or {"error": ...}.
 #   executor -> zygote: {"argv", "env", "dir", "uid", "gid"} with the
 #       command's stdout, stderr and (optionally) report pipe as SCM_RIGHTS;
 #       or {"preload": [module names]}, answered by nothing: the zygote
@@ -210,7 +212,9 @@ def _become(req, fds):
 def _main():
     sock = socket.socket(fileno=_CHANNEL)
     try:
-        failed = _lowest(_import, sys.argv[1:])
+        first = json.loads(sock.recv(1 << 20) or b"{}")
+        names = first.get("preload")
+        failed = _lowest(_import, names if isinstance(names, list) else [])
         if failed is not None:
             raise failed
         import pytest
