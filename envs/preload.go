@@ -9,6 +9,9 @@ import (
 	"github.com/gymserver/gymserver/envs/sandbox"
 )
 
+// importPunct spaces out the punctuation of an import line.
+var importPunct = strings.NewReplacer(",", " , ", "(", " ", ")", " ", ";", " ; ", "\\", " ")
+
 // testImports returns the names of the modules the Python files among
 // files import (`import a.b, c as d`; `from a.b import c, d`, which may
 // name the modules a.b.c and a.b.d), in order, each once, at most
@@ -22,8 +25,9 @@ import (
 func testImports(files []sandbox.File) []string {
 	var names []string
 	seen := map[string]bool{}
+	// Only names a zygote op takes (executor.CheckPreload).
 	add := func(n string) {
-		if n != "" && !seen[n] && len(names) < executor.MaxPreload {
+		if executor.ModuleName(n) && !seen[n] && len(names) < executor.MaxPreload {
 			seen[n] = true
 			names = append(names, n)
 		}
@@ -36,7 +40,7 @@ func testImports(files []sandbox.File) []string {
 		sc.Buffer(nil, 1<<20)
 		for sc.Scan() {
 			line, _, _ := strings.Cut(sc.Text(), "#")
-			words := strings.Fields(strings.NewReplacer(",", " , ", "(", " ", ")", " ", ";", " ; ", "\\", " ").Replace(line))
+			words := strings.Fields(importPunct.Replace(line))
 			if len(words) < 2 {
 				continue
 			}
@@ -44,19 +48,19 @@ func testImports(files []sandbox.File) []string {
 			case "import":
 				// import a.b [as x], c [as y]
 				for i := 1; i < len(words) && words[i] != ";"; i++ {
-					if (i == 1 || words[i-1] == ",") && dotted(words[i]) {
+					if i == 1 || words[i-1] == "," {
 						add(words[i])
 					}
 				}
 			case "from":
 				// from a.b import c [as x], d
 				mod := words[1]
-				if !dotted(mod) || len(words) < 4 || words[2] != "import" {
+				if !executor.ModuleName(mod) || len(words) < 4 || words[2] != "import" {
 					continue
 				}
 				add(mod)
 				for i := 3; i < len(words) && words[i] != ";"; i++ {
-					if (i == 3 || words[i-1] == ",") && dotted(words[i]) && !strings.Contains(words[i], ".") {
+					if (i == 3 || words[i-1] == ",") && !strings.Contains(words[i], ".") {
 						add(mod + "." + words[i])
 					}
 				}
@@ -64,20 +68,4 @@ func testImports(files []sandbox.File) []string {
 		}
 	}
 	return names
-}
-
-// dotted reports whether w is an absolute dotted module name.
-func dotted(w string) bool {
-	if w == "" || w[0] == '.' || w[len(w)-1] == '.' || strings.Contains(w, "..") {
-		return false
-	}
-	for i, r := range w {
-		switch {
-		case r == '_', r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r == '.':
-		case r >= '0' && r <= '9' && i > 0 && w[i-1] != '.':
-		default:
-			return false
-		}
-	}
-	return true
 }

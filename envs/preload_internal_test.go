@@ -28,13 +28,14 @@ from concurrent.futures import (ThreadPoolExecutor,
     as_completed)
 import 3rd, bad-name
 x = "import"
+from ` + strings.Repeat("p", 120) + ` import too_long_together
 `)},
 		{Path: "/w/tests/conftest.py", Data: []byte("import pytest\nfrom decimal import *\n")},
 		{Path: "/w/tests/data.txt", Data: []byte("import tarfile\n")},
 	}
 	want := []string{"json", "os.path", "urllib.request", "http", "http.client", "http.server", "email.mime.text",
 		"email.mime.text.MIMEText", "asyncio", "unittest", "unittest.mock", "concurrent.futures",
-		"concurrent.futures.ThreadPoolExecutor", "pytest", "decimal"}
+		"concurrent.futures.ThreadPoolExecutor", strings.Repeat("p", 120), "pytest", "decimal"}
 	if got := testImports(files); !slices.Equal(got, want) {
 		t.Errorf("testImports:\n got %v\nwant %v", got, want)
 	}

@@ -35,6 +35,21 @@ func serveWith(t testing.TB, cmd *exec.Cmd, start func(*exec.Cmd) error) (*execu
 	return c, cmd
 }
 
+// agentWorkDir makes a working directory the agent (uid 1000) may use,
+// removed by the test's cleanup. t.TempDir's parent is closed to the agent.
+func agentWorkDir(t *testing.T, prefix string) string {
+	t.Helper()
+	work, err := os.MkdirTemp("", prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(work) })
+	if err := os.Chmod(work, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	return work
+}
+
 // threadField is field n (1-based, as proc(5) numbers them) of the stat
 // file of thread tid of process pid.
 func threadField(t *testing.T, pid, tid, n int) string {
@@ -89,14 +104,7 @@ func inSyscall(pid, tid int) int {
 // idle-priority sysmon took it back).
 func TestSysmonIdle(t *testing.T) {
 	// As in a sandbox: an agent to act for (the zygote needs one).
-	work, err := os.MkdirTemp("", "sysmon-") // t.TempDir's parent is closed to the agent
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(work) })
-	if err := os.Chmod(work, 0o777); err != nil {
-		t.Fatal(err)
-	}
+	work := agentWorkDir(t, "sysmon-")
 	cmd := exec.Command(gymexecBinary(t), "serve", "--workdir", work, "--agent", "1000:1000")
 	// Debian's python3, which has pytest (.ci/setup installs it), for the
 	// zygote.

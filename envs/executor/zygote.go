@@ -454,15 +454,16 @@ func CheckPreload(names []string) error {
 		return fmt.Errorf("%d module names to preload, at most %d", len(names), MaxPreload)
 	}
 	for _, n := range names {
-		if !moduleName(n) {
+		if !ModuleName(n) {
 			return fmt.Errorf("%.200q is not a module name of at most %d bytes", n, maxModuleName)
 		}
 	}
 	return nil
 }
 
-// moduleName reports whether n is a dotted Python module name (ASCII).
-func moduleName(n string) bool {
+// ModuleName reports whether n is an absolute dotted Python module name
+// (ASCII) of at most 128 bytes.
+func ModuleName(n string) bool {
 	if n == "" || len(n) > maxModuleName {
 		return false
 	}

@@ -17,14 +17,7 @@ import (
 // start none, and reach the zygote started later, whose test runs hold
 // them.
 func TestZygotePreloadOp(t *testing.T) {
-	work, err := os.MkdirTemp("", "preload-") // t.TempDir's parent is closed to the agent
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(work) })
-	if err := os.Chmod(work, 0o777); err != nil {
-		t.Fatal(err)
-	}
+	work := agentWorkDir(t, "preload-")
 	test := "import sys\nHELD = 'http.server' in sys.modules\n\ndef test_held():\n    print('HELD', HELD)\n"
 	if err := os.WriteFile(work+"/test_held.py", []byte(test), 0o644); err != nil {
 		t.Fatal(err)
