@@ -313,7 +313,12 @@ type episodeStats struct {
 	mu   sync.Mutex
 	wall time.Duration
 	// settle is how long the host took to be quiet after the way's rounds.
-	settle             time.Duration
+	settle time.Duration
+	// busy is the host's busy time from the start of each of the way's
+	// rounds until the host was quiet after it: all the CPU its episodes
+	// cost, the background work they left included (and what else ran on
+	// the host meanwhile, which settle keeps small).
+	busy               time.Duration
 	n                  int
 	lat, evals, closes []time.Duration
 }
@@ -338,7 +343,27 @@ func (st *episodeStats) add(lat, eval, closed time.Duration) {
 	st.mu.Unlock()
 }
 
+// cpuPerEpisode is the host's busy time per episode of the way.
+func (st *episodeStats) cpuPerEpisode() time.Duration { return st.busy / time.Duration(max(st.n, 1)) }
+
+// timedRound runs round(p, job) for st's way and waits until the host is
+// quiet again, adding the round's wall time, the wait and the host's busy
+// time over both to st.
+func (st *episodeStats) timedRound(p int, job func() error) error {
+	b0 := procstat.HostBusy()
+	d, err := round(p, job)
+	if err != nil {
+		return err
+	}
+	st.wall += d
+	st.settle += settle()
+	st.busy += procstat.HostBusy() - b0
+	st.n += p
+	return nil
+}
+
 func (st *episodeStats) report(b *testing.B, way string) {
+	b.ReportMetric(ms(st.cpuPerEpisode()), way+"_host_cpu_ms/episode")
 	b.ReportMetric(st.perMinute(false), way+"_episodes/min")
 	b.ReportMetric(st.perMinute(true), way+"_settled_episodes/min")
 	b.ReportMetric(ms(percentile(st.lat, 50)), way+"_episode_p50_ms")
@@ -372,7 +397,11 @@ func (st *episodeStats) report(b *testing.B, way string) {
 // way's round the benchmark waits until the host is quiet (see settle), so
 // that no way's round runs beside the background work another left: each
 // way reports its episodes per minute on its rounds' clock and, settled,
-// with that wait added (what it costs the machine in all).
+// with that wait added (what it costs the machine in all), and the host's
+// busy time per episode from the start of its rounds until the host was
+// quiet after them: where the host's CPU is the limit (P = 4 and 8 on two
+// CPUs), the ratio of those is what the ratio of episodes per minute
+// tends to.
 func BenchmarkEpisode(b *testing.B) {
 	p, cli := dockertest.NewWith(b, docker.Options{})
 	var es *envs.TaskEnv
@@ -431,7 +460,7 @@ func BenchmarkEpisode(b *testing.B) {
 						w.st == &rootKept && !*episodeRootKept || w.st == &pooled && !*episodeWarmPool || w.st == &reused && !*episodeReuse {
 						continue
 					}
-					d, err := round(par, func() error {
+					if err := w.st.timedRound(par, func() error {
 						t0 := time.Now()
 						r, closed, err := episode(ctx, w.e, calls)
 						if err != nil {
@@ -439,15 +468,11 @@ func BenchmarkEpisode(b *testing.B) {
 						}
 						w.st.add(time.Since(t0), time.Duration(r.Duration), closed)
 						return nil
-					})
-					if err != nil {
+					}); err != nil {
 						b.Fatal(err)
 					}
-					w.st.wall += d
-					w.st.settle += settle()
-					w.st.n += par
 				}
-				d, err := round(par, func() error {
+				if err := base.timedRound(par, func() error {
 					t0 := time.Now()
 					ev, reward, err := apiEpisode(ctx, cli, task)
 					if err == nil && reward != 1 {
@@ -458,13 +483,9 @@ func BenchmarkEpisode(b *testing.B) {
 					}
 					base.add(time.Since(t0), ev, 0)
 					return nil
-				})
-				if err != nil {
+				}); err != nil {
 					b.Fatal(err)
 				}
-				base.wall += d
-				base.settle += settle()
-				base.n += par
 			}
 			fmt.Printf("BenchmarkEpisode/P=%d: episodes/min on the rounds' clock (settled: with the wait for the host to be quiet after them): gymserver %.1f (settled %.1f), docker API %.1f (settled %.1f): %.2fx (settled %.2fx)",
 				par, ours.perMinute(false), ours.perMinute(true), base.perMinute(false), base.perMinute(true),
@@ -472,6 +493,11 @@ func BenchmarkEpisode(b *testing.B) {
 			if *episodeReuse {
 				fmt.Printf("; recycling %.1f (settled %.1f): %.2fx (settled %.2fx)", reused.perMinute(false), reused.perMinute(true),
 					reused.perMinute(false)/base.perMinute(false), reused.perMinute(true)/base.perMinute(true))
+			}
+			fmt.Printf("; the host's CPU per episode: gymserver %.0f ms, docker API %.0f ms (%.2fx)", ms(ours.cpuPerEpisode()), ms(base.cpuPerEpisode()),
+				float64(base.cpuPerEpisode())/float64(max(ours.cpuPerEpisode(), 1)))
+			if *episodeReuse {
+				fmt.Printf(", recycling %.0f ms", ms(reused.cpuPerEpisode()))
 			}
 			fmt.Println()
 			ours.report(b, "gymserver")
