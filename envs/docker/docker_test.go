@@ -581,6 +581,19 @@ print(os.path.isfile(c), os.access(c, os.R_OK), os.access(c, os.W_OK), os.access
 	if want := "../usr/lib/ld.so.cache\n../lib/x86_64-linux-gnu/ld-linux-x86-64.so.2\n0\nlibc\n"; err != nil || string(r.Stdout) != want {
 		t.Errorf("the loader's cache and link: %q (stderr %q, %v), want %q", r.Stdout, r.Stderr, err, want)
 	}
+	// A program named through /bin starts by its path under /usr: the
+	// executor reads "/"'s links (see the executor's rootLinks).
+	execFn, err := os.ReadFile("../executor/testdata/execfn.py")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sb.WriteFile(ctx, "execfn.py", execFn, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r, err = sb.Exec(ctx, sandbox.ExecRequest{Argv: []string{"/bin/sh", "-c", "/bin/python3 execfn.py"}, Timeout: time.Minute})
+	if err != nil || string(r.Stdout) != "/usr/bin/python3\n" {
+		t.Errorf("/bin/python3 started by: %q (stderr %q, %v), want /usr/bin/python3", r.Stdout, r.Stderr, err)
+	}
 	// ldconfig (a library installed by a task's image) still works: it
 	// writes a plain cache over the link, and programs run.
 	r, err = sb.Exec(ctx, sandbox.ExecRequest{Argv: []string{"/bin/sh", "-c",

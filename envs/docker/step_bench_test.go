@@ -172,14 +172,16 @@ type cpuTimes struct {
 	host                                             time.Duration
 	throttled                                        time.Duration
 	throttles                                        int64
+	// execFaults is the executors' page faults.
+	execFaults int64
 }
 
 func (c cpuTimes) total() time.Duration { return c.containers + c.shims + c.fuse + c.engine + c.self }
 
-// per is c divided by n steps (throttles stays a count).
+// per is c divided by n steps (the counts stay counts).
 func (c cpuTimes) per(n int) cpuTimes {
 	d := func(t time.Duration) time.Duration { return t / time.Duration(n) }
-	return cpuTimes{d(c.containers), d(c.executors), d(c.shims), d(c.fuse), d(c.engine), d(c.self), d(c.host), d(c.throttled), c.throttles}
+	return cpuTimes{d(c.containers), d(c.executors), d(c.shims), d(c.fuse), d(c.engine), d(c.self), d(c.host), d(c.throttled), c.throttles, c.execFaults}
 }
 
 // parts names the parts of c that cpu_growth reports: the executors, the
@@ -218,7 +220,8 @@ func partsGrowth(p8, p128 []time.Duration) string {
 
 func (c cpuTimes) sub(o cpuTimes) cpuTimes {
 	return cpuTimes{c.containers - o.containers, c.executors - o.executors, c.shims - o.shims, c.fuse - o.fuse, c.engine - o.engine,
-		c.self - o.self, c.host - o.host, c.throttled - o.throttled, c.throttles - o.throttles}
+		c.self - o.self, c.host - o.host, c.throttled - o.throttled, c.throttles - o.throttles,
+		c.execFaults - o.execFaults}
 }
 
 // cpuMeter reads the CPU time of a set of sandboxes, their shims, the
@@ -307,6 +310,7 @@ func (m *cpuMeter) read() cpuTimes {
 	}
 	for _, pid := range m.executors {
 		c.executors += procstat.CPU(pid)
+		c.execFaults += procstat.Faults(pid)
 	}
 	for _, pid := range m.fuse {
 		c.fuse += procstat.CPU(pid)
@@ -526,6 +530,9 @@ type growthArm struct {
 	// host's busy time per step, and parts the parts per step, by round.
 	cpu, host []float64
 	parts     []cpuTimes
+	// faults and switches are the executors' page faults and context
+	// switches per step, by round.
+	faults, switches []float64
 }
 
 // cpuGrowth runs `/bin/sh -c "echo hi"` steps in 8 and in 128 sessions of
@@ -586,6 +593,8 @@ func cpuGrowth(b *testing.B, sp, ap *docker.Provider, socket, attach []sandbox.S
 				a.cpu = append(a.cpu, run.perStep(run.cpu.total()))
 				a.host = append(a.host, run.perStep(run.cpu.host))
 				a.parts = append(a.parts, run.cpu.per(len(run.lats)))
+				a.faults = append(a.faults, float64(run.cpu.execFaults)/float64(len(run.lats)))
+				a.switches = append(a.switches, float64(run.switches)/float64(len(run.lats)))
 			}
 		}
 	}
@@ -608,6 +617,9 @@ func cpuGrowth(b *testing.B, sp, ap *docker.Provider, socket, attach []sandbox.S
 	for _, kind := range []string{"socket", "attach"} {
 		fmt.Printf("BenchmarkStepSessions/cpu_growth: %s, median ms per step at 8 -> 128 sessions: %s\n", kind,
 			partsGrowth(medianParts(arm[kind+"_8"].parts), medianParts(arm[kind+"_128"].parts)))
+		a8, a128 := arm[kind+"_8"], arm[kind+"_128"]
+		fmt.Printf("BenchmarkStepSessions/cpu_growth: %s, the executors' page faults per step at 8 -> 128 sessions %.2f -> %.2f, context switches %.2f -> %.2f\n", kind,
+			medianOf(a8.faults), medianOf(a128.faults), medianOf(a8.switches), medianOf(a128.switches))
 	}
 	// paired is the socket arm's CPU per step over the attach arm's, round
 	// by round, at n sessions.

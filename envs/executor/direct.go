@@ -62,7 +62,9 @@ func plainCommand(line string) (words []string, ok bool) {
 // directCmd returns the command that starts the program of cmd, an exec
 // request's `/bin/sh -c LINE` ready to start, without the shell, or nil
 // when the request or its line is not one the executor starts directly.
-func directCmd(req request, cmd *exec.Cmd) *exec.Cmd {
+// A program named through one of links is looked at and started through
+// the path the link leads to (see rootLinks).
+func directCmd(req request, cmd *exec.Cmd, links *rootLinks) *exec.Cmd {
 	if req.Priv || req.Background || req.Shell || len(req.Argv) != 3 || req.Argv[0] != "/bin/sh" || req.Argv[1] != "-c" {
 		return nil
 	}
@@ -72,7 +74,7 @@ func directCmd(req request, cmd *exec.Cmd) *exec.Cmd {
 	}
 	env := dedupEnv(cmd.Env)
 	m := envMap(env)
-	path := programPath(words[0], m)
+	path := programPath(words[0], m, links)
 	if path == "" {
 		return nil
 	}
@@ -86,7 +88,7 @@ func directCmd(req request, cmd *exec.Cmd) *exec.Cmd {
 		env = append(slices.DeleteFunc(env, func(kv string) bool { return strings.HasPrefix(kv, "PWD=") }), "PWD="+phys)
 	}
 	return &exec.Cmd{
-		Path:        path,
+		Path:        links.execPath(path),
 		Args:        words,
 		Dir:         cmd.Dir,
 		Env:         env,
@@ -105,10 +107,12 @@ func directCmd(req request, cmd *exec.Cmd) *exec.Cmd {
 // something else: a relative path, no PATH or a relative directory in it,
 // a name found nowhere, or a first match that is not a regular file with
 // an execute bit. A match the agent cannot run fails to start, and the
-// command then runs through the shell, which goes on along PATH.
-func programPath(name string, env map[string]string) string {
+// command then runs through the shell, which goes on along PATH. Files
+// are looked at through links (the same files, see rootLinks); the path
+// returned is as the shell would name it.
+func programPath(name string, env map[string]string, links *rootLinks) string {
 	regular := func(p string) bool {
-		fi, err := os.Stat(p)
+		fi, err := os.Stat(links.resolve(p))
 		return err == nil && fi.Mode().IsRegular() && fi.Mode().Perm()&0o111 != 0
 	}
 	if strings.ContainsRune(name, '/') {
@@ -126,7 +130,7 @@ func programPath(name string, env map[string]string) string {
 			return ""
 		}
 		p := strings.TrimSuffix(d, "/") + "/" + name
-		if _, err := os.Lstat(p); err != nil {
+		if _, err := os.Lstat(links.resolve(p)); err != nil {
 			continue
 		}
 		if regular(p) {

@@ -442,8 +442,9 @@ func emptyDir(dir string) error {
 
 // noteRemove taints the sandbox when a remove with root's rights is about
 // to delete p outside the agent's places, unless an install op put p
-// there.
+// there; it drops "/"'s links when p is an entry of "/" (rootLinks).
 func (s *server) noteRemove(p string) {
+	s.links.touched(p)
 	if !s.outsidePlaces(p) || s.ours(p) {
 		return
 	}

@@ -205,6 +205,10 @@ type server struct {
 	// devNull is the standard input of commands given none, opened once:
 	// os/exec would open /dev/null for each one. Nil lets os/exec do it.
 	devNull *os.File
+
+	// links are "/"'s symbolic links, to start programs named through
+	// them by the path they lead to (see rootLinks).
+	links rootLinks
 }
 
 // Serve answers requests read from r, writing responses to w, until r ends
@@ -220,6 +224,9 @@ func Serve(ctx context.Context, r io.Reader, w io.Writer, opts Options) error {
 	if fd, err := syscall.Open(os.DevNull, syscall.O_RDONLY|syscall.O_CLOEXEC, 0); err == nil {
 		s.devNull = os.NewFile(uintptr(fd), os.DevNull)
 		defer s.devNull.Close() // after every handler has returned
+	}
+	if opts.Agent != nil {
+		s.links.use(readRootLinks("/"))
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -264,6 +271,7 @@ func (s *server) reply(resp response) {
 func (s *server) handle(ctx context.Context, req request) response {
 	if req.Priv && (req.Op == opExec || req.Op == opWrite) {
 		s.taint("%s with the machinery's rights", req.Op)
+		s.links.drop()
 	}
 	switch req.Op {
 	case opPing:
@@ -395,6 +403,9 @@ func (s *server) exec(ctx context.Context, req request) response {
 		maxOut = defaultMaxOutput
 	}
 	cmd := exec.Command(req.Argv[0], req.Argv[1:]...)
+	if filepath.IsAbs(req.Argv[0]) {
+		cmd.Path = s.links.execPath(cmd.Path)
+	}
 	cmd.Dir = s.abs(req.Dir)
 	env := os.Environ()
 	pidfd := pidfdSlot()
@@ -496,7 +507,7 @@ func (s *server) exec(ctx context.Context, req request) response {
 	// direct says the program runs without the shell (see direct.go).
 	var direct bool
 	if !zplan.running {
-		if d := directCmd(req, cmd); d != nil {
+		if d := directCmd(req, cmd, &s.links); d != nil {
 			if err := startCmd(d); err == nil {
 				cmd, direct = d, true
 			} else {

@@ -57,6 +57,19 @@ func Parent(pid int) int {
 	return n
 }
 
+// Faults is the number of page faults, minor and major, of every thread of
+// pid (those that ended included), its children not included; 0 when the
+// process is gone.
+func Faults(pid int) int64 {
+	f := stat(pid)
+	if len(f) < 10 {
+		return 0
+	}
+	minor, _ := strconv.ParseInt(f[7], 10, 64)
+	major, _ := strconv.ParseInt(f[9], 10, 64)
+	return minor + major
+}
+
 // Switches is the number of context switches, voluntary or not, of every
 // thread of pid.
 func Switches(pid int) int64 {

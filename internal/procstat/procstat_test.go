@@ -51,3 +51,28 @@ func TestCPU(t *testing.T) {
 		t.Errorf("CPU of a process that is gone: %s, want 0", c)
 	}
 }
+
+// TestFaults checks that touching fresh pages counts as this process's
+// faults, and that a process that is gone reads 0.
+func TestFaults(t *testing.T) {
+	const pages = 256
+	mem, err := syscall.Mmap(-1, 0, pages*4096, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_PRIVATE|syscall.MAP_ANON)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer syscall.Munmap(mem)
+	before := Faults(os.Getpid())
+	for i := 0; i < len(mem); i += 4096 {
+		mem[i] = 1
+	}
+	if got := Faults(os.Getpid()) - before; got < pages {
+		t.Errorf("%d faults after touching %d fresh pages", got, pages)
+	}
+	cmd := exec.Command("true")
+	if err := cmd.Run(); err != nil {
+		t.Fatal(err)
+	}
+	if n := Faults(cmd.Process.Pid); n != 0 {
+		t.Errorf("a process that is gone: %d faults", n)
+	}
+}
