@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 
@@ -29,6 +30,16 @@ import (
 // pair. A base image's pair is made once per engine, by a container of the
 // base that the engine copies them into; a third, empty volume marks the
 // pair complete (-ok), or the base as one that cannot share (-no).
+//
+// A base's /usr/lib64 comes from a third volume, made the same way with
+// markers of its own, where the base has it as a directory of its own with
+// files in it and /usr/bin and /usr/lib are shared: it holds the loader's
+// link (/usr/lib64/ld-linux-x86-64.so.2 on x86-64), which the kernel reads
+// at every start of a dynamically linked program, a round trip to the fuse
+// daemon each time. Where it is a link (onto /usr/lib, say) or missing, a
+// mount there would follow the link or add a directory the image does not
+// have: the base is checked before anything is mounted there, and such a
+// base shares /usr/bin and /usr/lib alone.
 
 // labelUsrBase, on a prepared image, holds the id of its base image when
 // the build left /usr/bin and /usr/lib as the base has them.
@@ -43,10 +54,21 @@ const labelUsrOf = "gymserver.usr-of"
 // with a merged /usr.
 var usrDirs = []string{"/usr/bin", "/usr/lib"}
 
-// usrCheck exits 0 when nothing under usrDirs (links aside) could be
-// written by a user other than root: owned by root, not writable by
-// others, and group-writable only by root's group.
-const usrCheck = `test -z "$(find /usr/bin /usr/lib -xdev ! -type l \( ! -user 0 -o -perm -o=w -o \( -perm -g=w ! -group 0 \) \) -print -quit)"`
+// usrLib64 is the directory shared from the third volume, where the base
+// allows it.
+const usrLib64 = "/usr/lib64"
+
+// usrCheck returns a shell command that exits 0 when nothing under dirs
+// (links aside) could be written by a user other than root: owned by root,
+// not writable by others, and group-writable only by root's group.
+func usrCheck(dirs ...string) string {
+	return `test -z "$(find ` + strings.Join(dirs, " ") + ` -xdev ! -type l \( ! -user 0 -o -perm -o=w -o \( -perm -g=w ! -group 0 \) \) -print -quit)"`
+}
+
+// lib64Check exits 0 when the base's /usr/lib64 may be shared: a directory
+// (not a link) with something in it, and nothing there that a user other
+// than root could write. It runs with nothing mounted there.
+var lib64Check = `test -d ` + usrLib64 + ` && ! test -L ` + usrLib64 + ` && test -n "$(ls -A ` + usrLib64 + `)" && ` + usrCheck(usrLib64)
 
 // usrMakeTimeout bounds making one base image's volumes (a copy of about
 // 100 MB here), or waiting for another process to make them.
@@ -113,10 +135,19 @@ func (p *Provider) usrBinds(ctx context.Context, ref string) []string {
 		// for the others.
 		mctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), usrMakeTimeout)
 		binds, err := p.makeUsrVolumes(mctx, base)
-		cancel()
 		if err != nil {
 			p.log.Warn("no shared /usr volumes; the sandboxes read /usr through the storage driver", "base", shortID(trimDigest(base)), "err", err)
 		}
+		if binds != nil {
+			lib64, err := p.makeLib64Volume(mctx, base)
+			if err != nil {
+				p.log.Warn("no shared /usr/lib64 volume; the sandboxes read it through the storage driver", "base", shortID(trimDigest(base)), "err", err)
+			}
+			if lib64 != "" {
+				binds = append(binds, lib64)
+			}
+		}
+		cancel()
 		s.binds = binds
 		close(s.done)
 	}
@@ -147,7 +178,7 @@ func (p *Provider) makeUsrVolumes(ctx context.Context, base string) ([]string, e
 	fill := func(ctx context.Context) (bool, error) {
 		code, err := p.runOnce(ctx, &container.Config{
 			Image: base,
-			Cmd:   []string{"/bin/sh", "-c", usrCheck},
+			Cmd:   []string{"/bin/sh", "-c", usrCheck(usrDirs...)},
 			User:  machineUser,
 		}, binds(""))
 		if err != nil {
@@ -171,6 +202,42 @@ func (p *Provider) makeUsrVolumes(ctx context.Context, base string) ([]string, e
 	// the base's (labelUsrBase), rather than mounted empty. A volume that
 	// holds anything is not copied into.
 	return binds(":ro"), nil
+}
+
+// makeLib64Volume makes, unless it exists complete, the volume of base's
+// /usr/lib64 and returns its bind; "" and no error when base does not
+// share it (lib64Check). On an error it returns "".
+func (p *Provider) makeLib64Volume(ctx context.Context, base string) (string, error) {
+	name := usrVolumePrefix(base) + "-lib64"
+	fill := func(ctx context.Context) (bool, error) {
+		// Checked first with nothing mounted there: a mount would follow a
+		// link, or make the directory.
+		code, err := p.runOnce(ctx, &container.Config{Image: base, Cmd: []string{"/bin/sh", "-c", lib64Check}, User: machineUser}, nil)
+		if err != nil {
+			return false, fmt.Errorf("check %s: %w", usrLib64, err)
+		}
+		if code != 0 {
+			p.log.Info("base image's /usr/lib64 is not a directory of its own, is empty, or non-root users can write there: no shared /usr/lib64", "base", shortID(trimDigest(base)), "exit", code)
+			return false, nil
+		}
+		// The engine copies it into the new, empty volume at the create;
+		// the container checks the copy.
+		code, err = p.runOnce(ctx, &container.Config{Image: base, Cmd: []string{"/bin/sh", "-c", usrCheck(usrLib64)}, User: machineUser}, []string{name + ":" + usrLib64})
+		if err != nil {
+			return false, fmt.Errorf("copy %s into a volume and check it: %w", usrLib64, err)
+		}
+		if code != 0 {
+			return false, fmt.Errorf("the copy of %s in its volume fails the check (exit %d)", usrLib64, code)
+		}
+		p.log.Info("made the shared /usr/lib64 volume", "base", shortID(trimDigest(base)), "volume", name)
+		return true, nil
+	}
+	ok, err := p.volumesOnce(ctx, name, base, []string{name}, map[string]string{labelUsrOf: base}, fill)
+	if !ok || err != nil {
+		return "", err
+	}
+	// With the engine's copy on, as makeUsrVolumes' binds are.
+	return name + ":" + usrLib64 + ":ro", nil
 }
 
 // volumesOnce makes a set of volumes, names, once per engine: fill runs
@@ -288,16 +355,16 @@ func (p *Provider) removeHelper(ctx context.Context, id string) {
 	}
 }
 
-// usrUnchanged reports whether the prepare container id left /usr/bin
-// and /usr/lib as its image has them (the engine's list of changes names
-// no path there).
+// usrUnchanged reports whether the prepare container id left /usr/bin,
+// /usr/lib and /usr/lib64 as its image has them (the engine's list of
+// changes names no path there).
 func (p *Provider) usrUnchanged(ctx context.Context, id string) (bool, error) {
 	changes, err := p.cli.ContainerDiff(ctx, id)
 	if err != nil {
 		return false, err
 	}
 	for _, c := range changes {
-		for _, dir := range usrDirs {
+		for _, dir := range slices.Concat(usrDirs, []string{usrLib64}) {
 			if c.Path == dir || strings.HasPrefix(c.Path, dir+"/") {
 				return false, nil
 			}
@@ -327,7 +394,7 @@ func oldEnough(v *volume.Volume, minAge time.Duration, now time.Time) bool {
 // remadeUsrVolume matches the name of a shared /usr volume the engine made
 // again (see "Removed behind a server's back" in the README); such a
 // volume has no label, and its name holds its base image's short id.
-var remadeUsrVolume = regexp.MustCompile(`^gymserver-usr-([0-9a-f]{12})-(bin|lib)$`)
+var remadeUsrVolume = regexp.MustCompile(`^gymserver-usr-([0-9a-f]{12})-(bin|lib|lib64)$`)
 
 // volumeOwner returns what a shared volume belongs to (a base image, an
 // executor build): the value of label on v or, for a volume the engine

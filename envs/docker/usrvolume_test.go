@@ -18,11 +18,11 @@ import (
 	"github.com/gymserver/gymserver/envs/sandbox"
 )
 
-// usrMounts returns the lines of the sandbox's mount table for /usr/bin
-// and /usr/lib, as its machinery sees them.
+// usrMounts returns the lines of the sandbox's mount table for /usr/bin,
+// /usr/lib and /usr/lib64, as its machinery sees them.
 func usrMounts(t *testing.T, sb sandbox.Sandbox) string {
 	t.Helper()
-	r, err := sb.Exec(t.Context(), sandbox.ExecRequest{Argv: []string{"sh", "-c", "grep -E ' /usr/(bin|lib) ' /proc/self/mountinfo || true"}, Priv: true})
+	r, err := sb.Exec(t.Context(), sandbox.ExecRequest{Argv: []string{"sh", "-c", "grep -E ' /usr/(bin|lib|lib64) ' /proc/self/mountinfo || true"}, Priv: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -94,7 +94,7 @@ func usrVolumes(t *testing.T, cli *client.Client, base string) []string {
 }
 
 // TestSharedUsrSameFiles checks that a sandbox with the shared /usr sees
-// /usr/bin and /usr/lib read-only from volumes, with the same files as a
+// /usr/bin, /usr/lib and /usr/lib64 read-only from volumes, with the same files as a
 // sandbox without it (names, modes, owners, sizes, times, link targets
 // and contents), and that the agent's Python and pytest work from them.
 func TestSharedUsrSameFiles(t *testing.T) {
@@ -102,7 +102,7 @@ func TestSharedUsrSameFiles(t *testing.T) {
 	shared := baseSandbox(t, p, sandbox.Spec{ShareUsr: true})
 	plain := baseSandbox(t, p, sandbox.Spec{})
 	m := usrMounts(t, shared)
-	for _, dir := range []string{"/usr/bin", "/usr/lib"} {
+	for _, dir := range []string{"/usr/bin", "/usr/lib", "/usr/lib64"} {
 		var line string
 		for _, l := range strings.Split(m, "\n") {
 			if f := strings.Fields(l); len(f) > 5 && f[4] == dir {
@@ -118,14 +118,14 @@ func TestSharedUsrSameFiles(t *testing.T) {
 	}
 	// Directories' own times are left out: the engine's copy does not
 	// keep them, and nothing reads them.
-	const listing = `cd / && find usr/bin usr/lib -mindepth 1 \( -type d -printf '%p %m %U %G\n' \) -o \( ! -type d -printf '%p %m %U %G %s %T@ %l\n' \) | sort | sha256sum; find usr/bin usr/lib -type f -print0 | sort -z | xargs -0 sha256sum | sha256sum`
+	const listing = `cd / && find usr/bin usr/lib usr/lib64 -mindepth 1 \( -type d -printf '%p %m %U %G\n' \) -o \( ! -type d -printf '%p %m %U %G %s %T@ %l\n' \) | sort | sha256sum; find usr/bin usr/lib usr/lib64 -type f -print0 | sort -z | xargs -0 sha256sum | sha256sum`
 	code, a := run(t, shared, true, listing)
 	if code != 0 {
 		t.Fatalf("listing: %d %s", code, a)
 	}
 	_, b := run(t, plain, true, listing)
 	if a != b {
-		t.Errorf("/usr/bin and /usr/lib differ: shared %q, storage driver %q", a, b)
+		t.Errorf("/usr/bin, /usr/lib and /usr/lib64 differ: shared %q, storage driver %q", a, b)
 	}
 	if code, out := run(t, shared, false, "python3 -c 'import pytest, json; print(pytest.__version__)'"); code != 0 {
 		t.Errorf("python3 with pytest as the agent: %d %s", code, out)
@@ -146,21 +146,24 @@ func TestSharedUsrAttacks(t *testing.T) {
 		{false, "echo evil > /usr/bin/pytest-planted"},
 		{false, "echo 'import os' >> /usr/lib/python3/dist-packages/pytest/__init__.py"},
 		{false, "mount -o remount,rw /usr/lib"},
+		{false, "touch /usr/lib64/planted"},
 		{true, "echo evil > /usr/bin/pytest-planted"},
 		{true, "echo 'raise SystemExit(0)' > /usr/lib/python3/dist-packages/sitecustomize.py"},
 		{true, "touch /usr/lib/python3/dist-packages/pytest/__init__.py"},
 		{true, "mount -o remount,rw /usr/lib"},
 		{true, "umount -l /usr/lib"},
+		{true, "ln -sfn /tmp/evil /usr/lib64/ld-linux-x86-64.so.2"},
+		{true, "umount -l /usr/lib64"},
 	} {
 		if code, out := run(t, sb, tc.priv, tc.cmd); code == 0 {
 			t.Errorf("root %v: %q succeeded: %s", tc.priv, tc.cmd, out)
 		}
 	}
-	if m := usrMounts(t, sb); strings.Count(m, "\n") != 2 {
+	if m := usrMounts(t, sb); strings.Count(m, "\n") != 3 {
 		t.Errorf("after the attacks the mounts are %q", m)
 	}
 	other := baseSandbox(t, p, sandbox.Spec{ShareUsr: true})
-	if code, out := run(t, other, false, "test ! -e /usr/bin/pytest-planted && test ! -e /usr/lib/python3/dist-packages/sitecustomize.py && python3 -m pytest --version"); code != 0 {
+	if code, out := run(t, other, false, "test ! -e /usr/bin/pytest-planted && test ! -e /usr/lib/python3/dist-packages/sitecustomize.py && readlink /usr/lib64/ld-linux-x86-64.so.2 | grep -q x86_64-linux-gnu && python3 -m pytest --version"); code != 0 {
 		t.Errorf("a second sandbox: %d %s", code, out)
 	}
 }
@@ -215,8 +218,9 @@ func TestSharedUsrOnlyWhenSafe(t *testing.T) {
 
 // TestSharedUsrFirstUseAtOnce starts sandboxes of a base image that has
 // no volumes yet, all at once, from two providers (two servers on one
-// engine): each gets the shared /usr, the base has exactly its three
-// volumes, and the lock that lets one process make them is gone.
+// engine): each gets the shared /usr, the base has exactly its five
+// volumes (bin, lib and their marker; lib64 and its marker), and the locks
+// that let one process make them are gone.
 func TestSharedUsrFirstUseAtOnce(t *testing.T) {
 	p, cli := newProvider(t)
 	p2, _ := newProvider(t)
@@ -250,15 +254,15 @@ func TestSharedUsrFirstUseAtOnce(t *testing.T) {
 			t.Fatal(errs[i])
 		}
 		defer sb.Close(context.Background())
-		if m := usrMounts(t, sb); strings.Count(m, "\n") != 2 {
+		if m := usrMounts(t, sb); strings.Count(m, "\n") != 3 {
 			t.Errorf("sandbox %d: mounts %q", i, m)
 		}
 		if code, out := run(t, sb, false, "cat /etc/gymtest-first-use && /bin/echo hi"); code != 0 || out != "first-use\nhi\n" {
 			t.Errorf("sandbox %d: %d %q", i, code, out)
 		}
 	}
-	if v := usrVolumes(t, cli, base); len(v) != 3 {
-		t.Errorf("volumes of the base: %v, want bin, lib and ok", v)
+	if v := usrVolumes(t, cli, base); len(v) != 5 {
+		t.Errorf("volumes of the base: %v, want bin, lib, ok, lib64 and lib64-ok", v)
 	}
 	locks, err := cli.ContainerList(ctx, container.ListOptions{All: true, Filters: filters.NewArgs(filters.Arg("name", "gymserver-usr-"))})
 	if err != nil || len(locks) != 0 {
@@ -303,8 +307,8 @@ func TestUsrVolumesRemade(t *testing.T) {
 			t.Fatalf("%s: %v", what, err)
 		}
 		defer sb.Close(context.Background())
-		if m := usrMounts(t, sb); strings.Count(m, "\n") != 2 {
-			t.Errorf("%s: mounts %q, want /usr/bin and /usr/lib", what, m)
+		if m := usrMounts(t, sb); strings.Count(m, "\n") != 3 {
+			t.Errorf("%s: mounts %q, want /usr/bin, /usr/lib and /usr/lib64", what, m)
 		}
 		if code, out := run(t, sb, false, `cat /etc/gymtest-remade && /bin/echo hi && python3 -c 'import json; print("py")'`); code != 0 || out != "remade\nhi\npy\n" {
 			t.Errorf("%s: exit %d, output %q", what, code, out)
@@ -318,15 +322,15 @@ func TestUsrVolumesRemade(t *testing.T) {
 	names := usrVolumes(t, cli, info.ID)
 	var removed []string
 	for _, n := range names {
-		if strings.HasSuffix(n, "-bin") || strings.HasSuffix(n, "-lib") {
+		if strings.HasSuffix(n, "-bin") || strings.HasSuffix(n, "-lib") || strings.HasSuffix(n, "-lib64") {
 			if err := cli.VolumeRemove(ctx, n, false); err != nil {
 				t.Fatalf("remove %s: %v", n, err)
 			}
 			removed = append(removed, n)
 		}
 	}
-	if len(removed) != 2 {
-		t.Fatalf("volumes of the base: %v, want a -bin and a -lib", names)
+	if len(removed) != 3 {
+		t.Fatalf("volumes of the base: %v, want a -bin, a -lib and a -lib64", names)
 	}
 	// Made again by the engine, they carry no label: removed here (no
 	// sandbox uses them by then).
@@ -336,4 +340,41 @@ func TestUsrVolumesRemade(t *testing.T) {
 		}
 	})
 	check("after the volumes were removed")
+}
+
+// TestSharedUsrLib64OnlyAsDirectory checks that a base whose /usr/lib64 is
+// a link (onto /usr/lib here) shares /usr/bin and /usr/lib but not it: a
+// mount there would follow the link onto /usr/lib. Its programs start, and
+// the base's volumes say so (a -no marker for lib64).
+func TestSharedUsrLib64OnlyAsDirectory(t *testing.T) {
+	p, cli := newProvider(t)
+	ctx := t.Context()
+	// One Python process moves the loader's link and makes /usr/lib64 a
+	// link: no program is started while the loader's path is broken.
+	base := derivedBase(t, cli, `python3 -c "import os; os.rename('/usr/lib64/ld-linux-x86-64.so.2', '/usr/lib/ld-linux-x86-64.so.2'); os.rmdir('/usr/lib64'); os.symlink('lib', '/usr/lib64')"`)
+	img, err := p.Prepare(ctx, sandbox.ImageSpec{BaseImage: base, WorkDir: "/workspace"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sb, err := p.Create(ctx, sandbox.Spec{Image: img, WorkDir: "/workspace", ShareUsr: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sb.Close(context.Background())
+	m := usrMounts(t, sb)
+	if strings.Count(m, "\n") != 2 || strings.Contains(m, " /usr/lib64 ") {
+		t.Errorf("mounts %q, want /usr/bin and /usr/lib alone", m)
+	}
+	if code, out := run(t, sb, false, `readlink /usr/lib64 && /bin/echo hi && python3 -c 'print("py")'`); code != 0 || out != "lib\nhi\npy\n" {
+		t.Errorf("exit %d, output %q", code, out)
+	}
+	var lib64 []string
+	for _, v := range usrVolumes(t, cli, base) {
+		if strings.Contains(v, "-lib64") {
+			lib64 = append(lib64, v)
+		}
+	}
+	if len(lib64) != 1 || !strings.HasSuffix(lib64[0], "-lib64-no") {
+		t.Errorf("lib64 volumes of the base: %v, want its -no marker alone", lib64)
+	}
 }
