@@ -79,6 +79,22 @@ func derivedBase(t *testing.T, cli *client.Client, cmd string) string {
 	return info.ID
 }
 
+// sharedUsrSandbox prepares spec's image with p and starts a sandbox of it
+// that asks for the shared /usr, closed by the test's cleanup.
+func sharedUsrSandbox(t *testing.T, p *docker.Provider, spec sandbox.ImageSpec) sandbox.Sandbox {
+	t.Helper()
+	img, err := p.Prepare(t.Context(), spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sb, err := p.Create(t.Context(), sandbox.Spec{Image: img, WorkDir: spec.WorkDir, ShareUsr: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sb.Close(context.Background()) })
+	return sb
+}
+
 // usrVolumes lists the shared /usr volumes of base.
 func usrVolumes(t *testing.T, cli *client.Client, base string) []string {
 	t.Helper()
@@ -176,18 +192,9 @@ func TestSharedUsrAttacks(t *testing.T) {
 // agent sees what the image holds.
 func TestSharedUsrOnlyWhenSafe(t *testing.T) {
 	p, cli := newProvider(t)
-	ctx := t.Context()
-	img, err := p.Prepare(ctx, sandbox.ImageSpec{BaseImage: baseimage.Python, WorkDir: "/workspace", Files: []sandbox.File{
+	sb := sharedUsrSandbox(t, p, sandbox.ImageSpec{BaseImage: baseimage.Python, WorkDir: "/workspace", Files: []sandbox.File{
 		{Path: "/usr/lib/python3/dist-packages/gymtest_planted.py", Data: []byte("VALUE = 42\n"), Mode: 0o644},
 	}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	sb, err := p.Create(ctx, sandbox.Spec{Image: img, WorkDir: "/workspace", ShareUsr: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sb.Close(context.Background())
 	if m := usrMounts(t, sb); m != "" {
 		t.Errorf("an image whose build wrote under /usr/lib got the shared /usr: %q", m)
 	}
@@ -196,15 +203,7 @@ func TestSharedUsrOnlyWhenSafe(t *testing.T) {
 	}
 
 	base := derivedBase(t, cli, "chmod o+w /usr/lib/python3")
-	img, err = p.Prepare(ctx, sandbox.ImageSpec{BaseImage: base, WorkDir: "/workspace"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	sb2, err := p.Create(ctx, sandbox.Spec{Image: img, WorkDir: "/workspace", ShareUsr: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sb2.Close(context.Background())
+	sb2 := sharedUsrSandbox(t, p, sandbox.ImageSpec{BaseImage: base, WorkDir: "/workspace"})
 	if m := usrMounts(t, sb2); m != "" {
 		t.Errorf("a base writable by others under /usr/lib got the shared /usr: %q", m)
 	}
@@ -348,19 +347,10 @@ func TestUsrVolumesRemade(t *testing.T) {
 // the base's volumes say so (a -no marker for lib64).
 func TestSharedUsrLib64OnlyAsDirectory(t *testing.T) {
 	p, cli := newProvider(t)
-	ctx := t.Context()
 	// One Python process moves the loader's link and makes /usr/lib64 a
 	// link: no program is started while the loader's path is broken.
 	base := derivedBase(t, cli, `python3 -c "import os; os.rename('/usr/lib64/ld-linux-x86-64.so.2', '/usr/lib/ld-linux-x86-64.so.2'); os.rmdir('/usr/lib64'); os.symlink('lib', '/usr/lib64')"`)
-	img, err := p.Prepare(ctx, sandbox.ImageSpec{BaseImage: base, WorkDir: "/workspace"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	sb, err := p.Create(ctx, sandbox.Spec{Image: img, WorkDir: "/workspace", ShareUsr: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sb.Close(context.Background())
+	sb := sharedUsrSandbox(t, p, sandbox.ImageSpec{BaseImage: base, WorkDir: "/workspace"})
 	m := usrMounts(t, sb)
 	if strings.Count(m, "\n") != 2 || strings.Contains(m, " /usr/lib64 ") {
 		t.Errorf("mounts %q, want /usr/bin and /usr/lib alone", m)
